@@ -1,0 +1,192 @@
+"""The replay buffer: a per-env ring of ``nsteps`` segments that stores every frame once.
+
+Layout (time-major, the env on the second axis):
+
+* ``frames[slot, env]``: one frame per agent step (the newest frame of that step's observation),
+  in a ring of ``nsegments·nsteps + stack`` slots indexed by global step ``g % frame_capacity``.
+  The ``stack`` spare slots keep the bootstrap frame of the newest segment and the ``stack − 1``
+  frames before the oldest one, so every stored segment can be rebuilt in full.
+* ``firsts[slot, env]``: whether that frame is the first of a (training) episode.
+* ``actions``, ``mu``, ``rewards``, ``dones``: one row per step in a ring of
+  ``nsegments·nsteps`` slots; segment ``j`` holds slots ``j·nsteps … (j+1)·nsteps − 1``.
+
+Stacks are rebuilt when sampling (:func:`rebuild_stacks`), with frames from before an episode's
+first frame zeroed, exactly as :class:`atari.stacking.FrameStacker` builds them when acting. The
+cost per stored transition is one frame plus ``4·A + 7`` bytes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+
+class Segment(NamedTuple):
+    """``nsteps`` steps of every env; numpy arrays, time-major.
+
+    ``frames[t]`` and ``firsts[t]`` belong to observation t for t = 0..T (``frames[T]`` is the
+    bootstrap observation's newest frame); ``actions[t]``, ``mu[t]``, ``rewards[t]`` and
+    ``dones[t]`` to the step taken from observation t.
+    """
+
+    frames: np.ndarray  # [T+1, N, *frame_shape]
+    firsts: np.ndarray  # [T+1, N] bool
+    actions: np.ndarray  # [T, N] int
+    mu: np.ndarray  # [T, N, A] float32
+    rewards: np.ndarray  # [T, N] float32
+    dones: np.ndarray  # [T, N] bool
+
+
+class Sample(NamedTuple):
+    """What :meth:`ReplayBuffer.sample` returns: a frame window per env plus the step data.
+
+    ``frames`` and ``firsts`` cover observations ``-(stack−1) … T`` of the sampled segment
+    (``T + stack`` rows); :func:`rebuild_stacks` turns them into ``[T+1, N, stack, ...]``.
+    """
+
+    frames: np.ndarray  # [T+stack, N, *frame_shape]
+    firsts: np.ndarray  # [T+stack, N] bool
+    actions: np.ndarray  # [T, N]
+    mu: np.ndarray  # [T, N, A]
+    rewards: np.ndarray  # [T, N]
+    dones: np.ndarray  # [T, N]
+
+
+def rebuild_stacks(frames: torch.Tensor, firsts: torch.Tensor, stack: int) -> torch.Tensor:
+    """Frame stacks ``[T+1, N, stack, ...]`` from a window of single frames ``[T+stack, N, ...]``.
+
+    Observation t (t = 0..T) stacks window rows ``t … t+stack−1`` (oldest first). A frame is
+    zeroed when an episode starts after it and at or before the stack's newest frame, which is
+    what :class:`atari.stacking.FrameStacker` does when acting.
+    """
+    if frames.shape[:2] != firsts.shape:
+        raise ValueError(f"frames {tuple(frames.shape)} and firsts {tuple(firsts.shape)} disagree on [T+stack, N]")
+    n_obs = frames.shape[0] - stack + 1
+    if n_obs < 1:
+        raise ValueError(f"a window of {frames.shape[0]} frames is too short for stacks of {stack}")
+    episode_id = torch.cumsum(firsts.to(torch.int32), dim=0)  # [T+stack, N]
+    rows = torch.arange(n_obs, device=frames.device)[:, None] + torch.arange(stack, device=frames.device)[None, :]
+    stacked = frames[rows]  # [T+1, stack, N, ...]
+    ids = episode_id[rows]  # [T+1, stack, N]
+    same_episode = ids == ids[:, -1:]
+    mask = same_episode.reshape(*same_episode.shape, *([1] * (frames.dim() - 2)))
+    stacked = torch.where(mask, stacked, torch.zeros((), dtype=stacked.dtype, device=stacked.device))
+    return stacked.transpose(1, 2)
+
+
+class ReplayBuffer:
+    """Ring buffer of segments; see the module docstring for the layout.
+
+    :param num_envs: N.
+    :param nsteps: T, the segment length.
+    :param size_per_env: capacity in steps per env; rounded down to whole segments.
+    :param frame_shape: shape of one frame (``(84, 84)`` for Atari, ``(D,)`` for vectors).
+    :param frame_dtype: uint8 for Atari frames.
+    :param stack: frames per observation.
+    :param n_actions: A.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        nsteps: int,
+        size_per_env: int,
+        frame_shape: tuple[int, ...],
+        frame_dtype: np.dtype,
+        stack: int,
+        n_actions: int,
+    ):
+        self.num_envs = num_envs
+        self.nsteps = nsteps
+        self.stack = stack
+        self.nsegments = size_per_env // nsteps
+        if self.nsegments < 1:
+            raise ValueError(f"a buffer of {size_per_env} steps per env holds no segment of {nsteps} steps")
+        self.step_capacity = self.nsegments * nsteps
+        self.frame_capacity = self.step_capacity + stack
+        action_dtype = np.uint8 if n_actions <= 256 else np.int64
+        self.frames = np.zeros((self.frame_capacity, num_envs, *frame_shape), dtype=frame_dtype)
+        self.firsts = np.zeros((self.frame_capacity, num_envs), dtype=bool)
+        self.actions = np.zeros((self.step_capacity, num_envs), dtype=action_dtype)
+        self.mu = np.zeros((self.step_capacity, num_envs, n_actions), dtype=np.float32)
+        self.rewards = np.zeros((self.step_capacity, num_envs), dtype=np.float32)
+        self.dones = np.zeros((self.step_capacity, num_envs), dtype=bool)
+        self.segment_start = np.zeros(self.nsegments, dtype=np.int64)  # global step of each segment
+        self.steps_written = 0
+        self.segments_stored = 0
+        self._env_index = np.arange(num_envs)
+
+    @staticmethod
+    def bytes_needed(num_envs, nsteps, size_per_env, frame_shape, frame_dtype, stack, n_actions) -> int:
+        """Memory the arrays will take, computed before allocating anything."""
+        step_capacity = (size_per_env // nsteps) * nsteps
+        frame_bytes = int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
+        action_bytes = 1 if n_actions <= 256 else 8
+        per_step = 4 * n_actions + action_bytes + 4 + 1
+        return num_envs * ((step_capacity + stack) * (frame_bytes + 1) + step_capacity * per_step)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.frames, self.firsts, self.actions, self.mu, self.rewards, self.dones)
+        return sum(a.nbytes for a in arrays)
+
+    @property
+    def num_steps_stored(self) -> int:
+        """Steps per env currently stored."""
+        return self.segments_stored * self.nsteps
+
+    def put(self, segment: Segment) -> None:
+        """Store one segment of all envs, overwriting the oldest when full."""
+        T, N = segment.actions.shape
+        if (T, N) != (self.nsteps, self.num_envs):
+            raise ValueError(f"segment is [{T}, {N}], buffer expects [{self.nsteps}, {self.num_envs}]")
+        if segment.frames.shape[:2] != (T + 1, N) or segment.firsts.shape != (T + 1, N):
+            raise ValueError("segment frames and firsts must be [T+1, N, ...]")
+        start = self.steps_written
+        index = (start // T) % self.nsegments
+        steps = slice(index * T, (index + 1) * T)
+        self.actions[steps] = segment.actions
+        self.mu[steps] = segment.mu
+        self.rewards[steps] = segment.rewards
+        self.dones[steps] = segment.dones
+        frame_slots = (start + np.arange(T + 1)) % self.frame_capacity
+        self.frames[frame_slots] = segment.frames
+        self.firsts[frame_slots] = segment.firsts
+        self.segment_start[index] = start
+        self.steps_written += T
+        self.segments_stored = min(self.segments_stored + 1, self.nsegments)
+
+    def _gather(self, segment_index: np.ndarray) -> Sample:
+        """The window and step data of segment ``segment_index[n]`` for each env n."""
+        T = self.nsteps
+        start = self.segment_start[segment_index]  # [N]
+        window = start[None, :] + np.arange(-(self.stack - 1), T + 1)[:, None]  # [T+stack, N]
+        frame_slots = window % self.frame_capacity
+        step_slots = segment_index[None, :] * T + np.arange(T)[:, None]  # [T, N]
+        env = self._env_index[None, :]
+        firsts = self.firsts[frame_slots, env]
+        # Global steps before 0 were never written; the first frame (a reset) masks them anyway.
+        firsts[window == 0] = True
+        return Sample(
+            frames=self.frames[frame_slots, env],
+            firsts=firsts,
+            actions=self.actions[step_slots, env],
+            mu=self.mu[step_slots, env],
+            rewards=self.rewards[step_slots, env],
+            dones=self.dones[step_slots, env],
+        )
+
+    def latest(self) -> Sample:
+        """The segment stored last, for every env (the on-policy batch)."""
+        if self.segments_stored == 0:
+            raise RuntimeError("the buffer is empty")
+        index = ((self.steps_written - self.nsteps) // self.nsteps) % self.nsegments
+        return self._gather(np.full(self.num_envs, index))
+
+    def sample(self, rng: np.random.Generator) -> Sample:
+        """One uniformly chosen stored segment per env, as Baselines samples."""
+        if self.segments_stored == 0:
+            raise RuntimeError("the buffer is empty")
+        return self._gather(rng.integers(0, self.segments_stored, size=self.num_envs))

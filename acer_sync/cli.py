@@ -1,0 +1,67 @@
+"""Command-line parsing for the scripts: one-line usage errors, and flags built from Config."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from acer_sync.config import PRESETS, fields
+from acer_sync.errors import EXIT_USER_ERROR
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``prog: error: ...``) and exit code 2."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def finite_float(text: str) -> float:
+    """A float that is neither NaN nor infinite."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def float_or_inf(text: str) -> float:
+    """A float that may be ``inf`` (for c, where it means no truncation) but not NaN."""
+    value = float(text)
+    if math.isnan(value):
+        raise ValueError(text)
+    return value
+
+
+finite_float.__name__ = "finite number"
+float_or_inf.__name__ = "number"
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Config field; defaults are None so that presets and resume can tell what was set."""
+    classic = PRESETS["classic"]
+    for f in fields():
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        help_text = f.metadata["help"]
+        shown = f"default: {default}" if default != "" else "default: by env kind"
+        if f.name in classic:
+            shown += f"; classic-control preset: {classic[f.name]}"
+        kwargs = dict(default=None, help=f"{help_text} ({shown})")
+        if "choices" in f.metadata:
+            kwargs["choices"] = [c for c in f.metadata["choices"] if c]
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        elif f.type in (int, "int"):
+            parser.add_argument(flag, type=int, metavar="N", **kwargs)
+        elif f.type in (float, "float"):
+            parser.add_argument(flag, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
+        else:
+            parser.add_argument(flag, type=str, **kwargs)
+
+
+def config_overrides(args: argparse.Namespace) -> dict:
+    """The Config fields the user gave on the command line."""
+    return {f.name: getattr(args, f.name) for f in fields() if getattr(args, f.name) is not None}
+

@@ -1,0 +1,130 @@
+"""All of a run's settings in one dataclass, the per-env presets, and their validation.
+
+Every field carries its help text in ``metadata["help"]``; ``train.py`` builds its flags from
+these fields, so the flags, ``--help``, ``config.json`` and the checkpoints cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+
+def _f(default, help: str, **metadata):
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+@dataclass
+class Config:
+    """Hyperparameters and run settings. Defaults are OpenAI Baselines' ``acer.learn()``."""
+
+    env: str = _f("PongNoFrameskip-v4", "gymnasium env id (Atari ids get DeepMind preprocessing)")
+    seed: int = _f(0, "seed for the envs, torch, and replay sampling")
+    total_timesteps: int = _f(10_000_000, "agent steps to train for (frames = 4x steps on Atari)")
+    num_envs: int = _f(16, "number of parallel envs N")
+    nsteps: int = _f(20, "steps per env per segment T (the Retrace horizon k)")
+    vec_env: str = _f("", "vector backend: ale (Atari default), subproc (gymnasium AsyncVectorEnv; non-Atari default) or sync", choices=("", "ale", "subproc", "sync"))
+    device: str = _f("auto", "where the networks run: auto (cuda if available), cpu or cuda", choices=("auto", "cpu", "cuda"))
+    lr: float = _f(7e-4, "initial learning rate")
+    lr_schedule: str = _f("linear", "learning-rate schedule: linear (to 0 at total_timesteps) or constant", choices=("linear", "constant"))
+    rms_alpha: float = _f(0.99, "RMSProp decay of the squared-gradient average")
+    rms_eps: float = _f(1e-5, "RMSProp epsilon, added inside the square root as TF1/Baselines do")
+    gamma: float = _f(0.99, "discount factor, in (0, 1]")
+    q_coef: float = _f(0.5, "weight of the Q (critic) loss")
+    ent_coef: float = _f(0.01, "weight of the entropy bonus")
+    max_grad_norm: float = _f(10.0, "clip the global gradient norm to this")
+    c: float = _f(10.0, "importance-weight truncation c of the policy gradient (inf: no truncation)")
+    trust_region: bool = _f(True, "use the efficient trust region against the average policy")
+    delta: float = _f(1.0, "trust-region radius delta")
+    alpha: float = _f(0.99, "Polyak coefficient of the average policy network")
+    buffer_size: int = _f(50_000, "replay capacity in steps per env")
+    replay_ratio: float = _f(4.0, "mean of the Poisson number of off-policy updates per on-policy one")
+    replay_start: int = _f(10_000, "steps per env stored before replay begins")
+    hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
+    log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
+    checkpoint_every: int = _f(1_000_000, "agent steps between periodic checkpoints")
+
+
+#: Presets by kind of env. A flag the user gives overrides its preset value.
+PRESETS: dict[str, dict] = {
+    # Baselines' defaults, i.e. the dataclass defaults.
+    "atari": {},
+    # Classic control (CartPole-v1, Acrobot-v1, LunarLander-v3, ...): small MLP, small buffer,
+    # replay from early on, and a run length that solves CartPole-v1.
+    "classic": dict(
+        total_timesteps=200_000,
+        num_envs=8,
+        nsteps=20,
+        lr=1e-3,
+        ent_coef=0.0,
+        buffer_size=5_000,
+        replay_start=500,
+        log_interval=10,
+        checkpoint_every=100_000,
+    ),
+}
+
+
+def preset_name(atari: bool) -> str:
+    return "atari" if atari else "classic"
+
+
+def fields() -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(Config)
+
+
+def build_config(atari: bool, overrides: dict) -> Config:
+    """The preset for this kind of env, with the user's ``overrides`` (non-None values) on top."""
+    values = dict(PRESETS[preset_name(atari)])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Config(**values)
+
+
+def hidden_sizes(config: Config) -> tuple[int, ...]:
+    return tuple(int(size) for size in config.hidden.split(",") if size.strip())
+
+
+def validate(config: Config) -> list[str]:
+    """Every problem with ``config``, as one-line messages naming the flag (empty if none)."""
+    problems = []
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            problems.append(message)
+
+    for f in fields():
+        value = getattr(config, f.name)
+        if isinstance(value, float) and math.isnan(value):
+            problems.append(f"--{f.name.replace('_', '-')} is NaN")
+    need(config.total_timesteps >= 1, "--total-timesteps must be >= 1")
+    need(config.num_envs >= 1, "--num-envs must be >= 1")
+    need(config.nsteps >= 1, "--nsteps must be >= 1")
+    need(math.isfinite(config.lr) and config.lr >= 0, "--lr must be finite and >= 0")
+    need(0 < config.gamma <= 1, "--gamma must be in (0, 1]")
+    need(0 <= config.rms_alpha < 1, "--rms-alpha must be in [0, 1)")
+    need(math.isfinite(config.rms_eps) and config.rms_eps > 0, "--rms-eps must be finite and > 0")
+    need(math.isfinite(config.q_coef) and config.q_coef >= 0, "--q-coef must be finite and >= 0")
+    need(math.isfinite(config.ent_coef) and config.ent_coef >= 0, "--ent-coef must be finite and >= 0")
+    need(config.max_grad_norm > 0, "--max-grad-norm must be > 0")
+    need(config.c >= 0, "--c must be >= 0")
+    need(math.isfinite(config.delta) and config.delta > 0, "--delta must be finite and > 0")
+    need(0 <= config.alpha < 1, "--alpha must be in [0, 1)")
+    need(math.isfinite(config.replay_ratio) and config.replay_ratio >= 0, "--replay-ratio must be finite and >= 0")
+    need(config.replay_start >= 0, "--replay-start must be >= 0")
+    need(
+        config.buffer_size >= config.nsteps,
+        f"--buffer-size ({config.buffer_size}) must hold at least one segment of --nsteps ({config.nsteps}) steps",
+    )
+    need(
+        config.replay_ratio == 0 or config.replay_start <= config.buffer_size,
+        f"--replay-start ({config.replay_start}) exceeds --buffer-size ({config.buffer_size}), so replay would never start",
+    )
+    need(config.log_interval >= 1, "--log-interval must be >= 1")
+    need(config.checkpoint_every >= 1, "--checkpoint-every must be >= 1")
+    try:
+        sizes = hidden_sizes(config)
+        need(len(sizes) > 0 and all(s >= 1 for s in sizes), "--hidden must list positive layer sizes, e.g. 64,64")
+    except ValueError:
+        problems.append(f"--hidden must be comma-separated integers, got {config.hidden!r}")
+    return problems

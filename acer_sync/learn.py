@@ -1,0 +1,327 @@
+"""The learn loop: act for one segment, store it, one on-policy and Poisson(replay_ratio) off-policy updates."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from acer_sync.agent import ACER, UPDATE_STATS, to_batch
+from acer_sync.buffer import ReplayBuffer
+from acer_sync.checkpoint import LATEST, save_checkpoint
+from acer_sync.config import Config, hidden_sizes
+from acer_sync.errors import UserError
+from acer_sync.logger import Logger
+from acer_sync.networks import ActorCritic
+from acer_sync.runner import Runner
+from acer_sync.schedules import learning_rate
+from atari.envs import EnvInfo, VecEnv, default_backend
+from atari.episodes import EpisodeTracker
+
+#: Exit code after a clean shutdown on SIGINT or SIGTERM: the checkpoint is written, logs flushed.
+EXIT_INTERRUPTED = 130
+#: Config fields that may differ between a run and its resume.
+RESUMABLE_CHANGES = ("total_timesteps", "device")
+
+
+def select_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where that file does not exist."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_buffer_fits(config: Config, info: EnvInfo) -> int:
+    """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit."""
+    needed = ReplayBuffer.bytes_needed(
+        config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions
+    )
+    available = available_memory_bytes()
+    if available is not None and needed > 0.9 * available:
+        raise UserError(
+            f"the replay buffer needs {needed / 1e9:.2f} GB but only {available / 1e9:.2f} GB of memory is "
+            f"available; lower --buffer-size (now {config.buffer_size} steps per env) or --num-envs"
+        )
+    return needed
+
+
+def package_versions() -> dict[str, str]:
+    import ale_py
+    import gymnasium
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "gymnasium": gymnasium.__version__,
+        "ale_py": ale_py.__version__,
+    }
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def build_model(info: EnvInfo, config: Config) -> ActorCritic:
+    return ActorCritic(info.obs_shape, info.n_actions, info.arch, hidden_sizes(config))
+
+
+class GracefulStop:
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second SIGINT stops at once."""
+
+    def __init__(self):
+        self.signal_name: str | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signal_name is not None:
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class Trainer:
+    """Owns one run: envs, networks, buffer, logger, checkpoints.
+
+    :param config: the run's settings.
+    :param info: what the env looks like (from :func:`atari.envs.env_info`).
+    :param run_dir: where outputs go; must already exist and be writable.
+    :param resume: a loaded checkpoint to continue from, or None.
+    :param progress_bar: show a tqdm bar.
+    """
+
+    def __init__(self, config: Config, info: EnvInfo, run_dir: Path, resume: dict | None = None, progress_bar: bool = True):
+        self.config = config
+        self.info = info
+        self.run_dir = run_dir
+        self.progress_bar = progress_bar
+        self.device = select_device(config.device)
+        random.seed(config.seed)
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.sampler = np.random.default_rng(config.seed)
+
+        buffer_bytes = check_buffer_fits(config, info)
+        self.model = build_model(info, config).to(self.device)
+        self.agent = ACER(self.model, config)
+        self.timesteps = 0
+        self.iterations = 0
+        self.updates = 0
+        self.tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
+        if resume is not None:
+            self._restore(resume)
+
+        self.buffer = ReplayBuffer(
+            config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions
+        )
+        per_transition = buffer_bytes / (config.num_envs * self.buffer.step_capacity)
+        print(
+            f"replay buffer: {config.num_envs} envs x {self.buffer.step_capacity} steps = "
+            f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
+            + ("; it starts empty on resume" if resume is not None else ""),
+            flush=True,
+        )
+        self.env = VecEnv(info, config.num_envs, config.vec_env or default_backend(info))
+        self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker)
+        self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
+        self.logger = Logger(run_dir)
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+
+    @staticmethod
+    def model_spec(info: EnvInfo, config: Config) -> dict:
+        """The network spec a run of ``config`` on ``info`` builds; checkpoints must match it."""
+        return build_model(info, config).spec()
+
+    def _restore(self, payload: dict) -> None:
+        self.model.load_state_dict(payload["model"])
+        self.agent.average_model.load_state_dict(payload["average_model"])
+        self.agent.optimizer.load_state_dict(payload["optimizer"])
+        counters = payload["counters"]
+        self.timesteps = int(counters["timesteps"])
+        self.iterations = int(counters["iterations"])
+        self.updates = int(counters["updates"])
+        self.agent.nonfinite_updates = int(counters.get("nonfinite_updates", 0))
+        self.tracker.episodes = int(counters["episodes"])
+        self.tracker.recent_returns.extend(payload["recent_returns"])
+        rng = payload["rng"]
+        random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+        np.random.set_state(tuple(rng["numpy"]))
+        torch.set_rng_state(rng["torch"])
+        self.sampler.bit_generator.state = rng["sampler"]
+
+    def checkpoint_payload(self) -> dict:
+        numpy_state = np.random.get_state()
+        python_state = random.getstate()
+        return {
+            "config": dataclasses.asdict(self.config),
+            "env_id": self.info.env_id,
+            "model_spec": self.model.spec(),
+            "model": self.model.state_dict(),
+            "average_model": self.agent.average_model.state_dict(),
+            "optimizer": self.agent.optimizer.state_dict(),
+            "counters": {
+                "timesteps": self.timesteps,
+                "iterations": self.iterations,
+                "updates": self.updates,
+                "episodes": self.tracker.episodes,
+                "nonfinite_updates": self.agent.nonfinite_updates,
+            },
+            "recent_returns": list(self.tracker.recent_returns),
+            "rng": {
+                "python": [python_state[0], list(python_state[1]), python_state[2]],
+                "numpy": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
+                "torch": torch.get_rng_state(),
+                "sampler": self.sampler.bit_generator.state,
+            },
+        }
+
+    def save(self, periodic: bool) -> None:
+        payload = self.checkpoint_payload()
+        directory = self.run_dir / "checkpoints"
+        save_checkpoint(directory / LATEST, payload)
+        if periodic:
+            save_checkpoint(directory / f"step_{self.timesteps:010d}.pt", payload)
+
+    def train(self) -> int:
+        """Run until ``total_timesteps``; returns the process exit code."""
+        cfg = self.config
+        steps_per_iteration = cfg.num_envs * cfg.nsteps
+        next_checkpoint = (self.timesteps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
+        sums: dict[str, torch.Tensor] = {}
+        counts = {"on": 0, "off": 0}
+        interval_start, interval_steps = time.perf_counter(), 0
+        bar = tqdm(total=cfg.total_timesteps, initial=self.timesteps, unit="step", disable=not self.progress_bar, dynamic_ncols=True)
+        exit_code = 0
+        with GracefulStop() as stop:
+            try:
+                while self.timesteps < cfg.total_timesteps and stop.signal_name is None:
+                    segment = self.runner.run()
+                    self.buffer.put(segment)
+                    lr = learning_rate(cfg.lr_schedule, cfg.lr, self.timesteps, cfg.total_timesteps)
+                    self.timesteps += steps_per_iteration
+                    self.iterations += 1
+                    interval_steps += steps_per_iteration
+
+                    stats = self.agent.update(to_batch(self.buffer.latest(), self.info.stack, self.device), lr)
+                    _accumulate(sums, stats, "")
+                    counts["on"] += 1
+                    self.updates += 1
+                    if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
+                        for _ in range(self.sampler.poisson(cfg.replay_ratio)):
+                            batch = to_batch(self.buffer.sample(self.sampler), self.info.stack, self.device)
+                            _accumulate(sums, self.agent.update(batch, lr), "off_")
+                            counts["off"] += 1
+                            self.updates += 1
+                    bar.update(steps_per_iteration)
+
+                    if self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+                        elapsed = time.perf_counter() - interval_start
+                        row = self._progress_row(sums, counts, interval_steps / max(elapsed, 1e-9), lr)
+                        self.logger.log(row)
+                        bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
+                        sums, counts = {}, {"on": 0, "off": 0}
+                        interval_start, interval_steps = time.perf_counter(), 0
+                    if self.timesteps >= next_checkpoint:
+                        self.save(periodic=True)
+                        next_checkpoint += cfg.checkpoint_every
+            except KeyboardInterrupt:
+                stop.signal_name = stop.signal_name or "SIGINT"
+            finally:
+                bar.close()
+            if stop.signal_name is not None:
+                print(f"{stop.signal_name} received: saving a checkpoint at step {self.timesteps} and exiting", flush=True)
+                exit_code = EXIT_INTERRUPTED
+            self.save(periodic=False)
+            self.close()
+        return exit_code
+
+    def _progress_row(self, sums: dict, counts: dict, fps: float, lr: float) -> dict:
+        row: dict[str, float] = {
+            "total_timesteps": self.timesteps,
+            "iterations": self.iterations,
+            "fps": round(fps, 1),
+            "episodes": self.tracker.episodes,
+            "mean_episode_reward": self.tracker.mean_return(),
+            "mean_episode_length": float(np.mean(self.tracker.recent_lengths)) if self.tracker.recent_lengths else float("nan"),
+            "lr": lr,
+            "off_policy_updates": counts["off"],
+            "nonfinite_updates": self.agent.nonfinite_updates,
+        }
+        for prefix, count in (("", counts["on"]), ("off_", counts["off"])):
+            for name in UPDATE_STATS:
+                if name != "nonfinite":
+                    total = sums.get(prefix + name)
+                    row[prefix + name] = float(total) / count if total is not None and count else float("nan")
+        return row
+
+    def close(self) -> None:
+        self.logger.close()
+        self.env.close()
+
+
+def _accumulate(sums: dict, stats: dict, prefix: str) -> None:
+    for name, value in stats.items():
+        key = prefix + name
+        sums[key] = sums[key] + value.detach() if key in sums else value.detach().clone()
+
+
+def write_config(run_dir: Path, config: Config, argv: list[str]) -> None:
+    payload = {
+        "config": dataclasses.asdict(config),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "command": argv,
+    }
+    with open(run_dir / "config.json", "w") as handle:
+        json.dump(payload, handle, indent=2, default=str)
+
+
+def read_config(run_dir: Path) -> Config:
+    path = run_dir / "config.json"
+    try:
+        with open(path) as handle:
+            saved = json.load(handle)["config"]
+        return Config(**saved)
+    except FileNotFoundError:
+        raise UserError(f"{run_dir} has no config.json; is it a run directory?") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise UserError(f"{path} is corrupt ({type(error).__name__}); cannot resume from it") from None
+

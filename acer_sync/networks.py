@@ -1,0 +1,107 @@
+"""The actor-critic network (a torso with a softmax policy head and a Q head) and Polyak averaging."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+class NatureCNN(nn.Module):
+    """The Nature-DQN torso (Mnih et al. 2015): three convolutions and a 512-unit layer.
+
+    Takes ``[B, stack, 84, 84]`` uint8 frames; the conversion to float and the 1/255 scale happen
+    here, on whatever device the module lives on.
+    """
+
+    def __init__(self, in_channels: int, frame_shape: tuple[int, int]):
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(in_channels, 32, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, in_channels, *frame_shape)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n_flat, 512), nn.ReLU())
+        self.out_features = 512
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(obs.float() / 255.0))
+
+
+class MLP(nn.Module):
+    """A tanh MLP torso for vector observations ``[B, stack, D]`` (the stack is flattened)."""
+
+    def __init__(self, in_features: int, hidden: Iterable[int]):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_features
+        for size in hidden:
+            layers += [nn.Linear(width, size), nn.Tanh()]
+            width = size
+        self.body = nn.Sequential(*layers)
+        self.out_features = width
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.body(obs.float())
+
+
+class ActorCritic(nn.Module):
+    """A shared torso with a policy head π(·|x) (softmax) and a critic head Q(x, ·).
+
+    ``forward`` returns ``(pi, q)``, both ``[B, A]``. ``arch`` is ``"cnn"`` for frames and
+    ``"mlp"`` for vector observations; :meth:`spec` identifies the architecture in checkpoints.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, arch: str, hidden: tuple[int, ...] = (64, 64)):
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+        self.n_actions = n_actions
+        self.arch = arch
+        self.hidden = tuple(hidden) if arch == "mlp" else ()
+        if arch == "cnn":
+            self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
+        elif arch == "mlp":
+            in_features = 1
+            for size in obs_shape:
+                in_features *= size
+            self.torso = MLP(in_features, hidden)
+        else:
+            raise ValueError(f"unknown architecture {arch!r}")
+        width = self.torso.out_features
+        self.policy_head = nn.Linear(width, n_actions)
+        self.q_head = nn.Linear(width, n_actions)
+
+    def spec(self) -> dict:
+        """The constructor arguments: what a checkpoint must match to be loaded into this net."""
+        return dict(obs_shape=list(self.obs_shape), n_actions=self.n_actions, arch=self.arch, hidden=list(self.hidden))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.torso(obs)
+        pi = torch.softmax(self.policy_head(features), dim=-1)
+        return pi, self.q_head(features)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """π(·|x) alone, skipping the Q head (the average network needs only this)."""
+        return torch.softmax(self.policy_head(self.torso(obs)), dim=-1)
+
+
+@torch.no_grad()
+def polyak_update(average: nn.Module, online: nn.Module, alpha: float) -> None:
+    """θ_a ← α θ_a + (1 − α) θ, in place, for every parameter (Wang et al. 2017, Sec. 3.3).
+
+    Works on the parameter tensors themselves (not on rebound names), so the average network
+    really moves: each parameter moves by exactly (1 − α) of its distance to the online one.
+    """
+    avg_params = list(average.parameters())
+    online_params = list(online.parameters())
+    if len(avg_params) != len(online_params):
+        raise ValueError("average and online networks differ in their parameters")
+    torch._foreach_mul_(avg_params, alpha)
+    torch._foreach_add_(avg_params, online_params, alpha=1.0 - alpha)

@@ -1,0 +1,48 @@
+"""RMSProp as TensorFlow 1 computes it, which is what OpenAI Baselines' ACER was tuned with."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+
+class RMSpropTF(torch.optim.Optimizer):
+    """RMSProp with epsilon inside the square root and the mean square started at one.
+
+    For each parameter θ with gradient g::
+
+        v ← α v + (1 − α) g²          (v starts at 1, as TF1's ``RMSPropOptimizer`` does)
+        θ ← θ − lr · g / √(v + ε)
+
+    ``torch.optim.RMSprop`` instead computes g / (√v + ε) with v starting at 0. With ε = 1e-5
+    the two differ most when gradients are tiny: TF's form caps the step at lr·g/√ε, PyTorch's
+    at lr·g/ε, and PyTorch's first steps are large because v starts at 0. We match Baselines,
+    whose defaults (lr 7e-4, α 0.99, ε 1e-5) assume TF's form; pfrl (``RMSpropEpsInsideSqrt``)
+    and Stable-Baselines3 (``RMSpropTFLike``) ship the same variant for the same reason.
+    """
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, alpha: float = 0.99, eps: float = 1e-5):
+        if lr < 0:
+            raise ValueError(f"invalid learning rate {lr}")
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: D102 - the class docstring gives the update
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            square_avgs = []
+            for p in params:
+                state = self.state[p]
+                if "square_avg" not in state:
+                    state["square_avg"] = torch.ones_like(p)
+                square_avgs.append(state["square_avg"])
+            torch._foreach_mul_(square_avgs, group["alpha"])
+            torch._foreach_addcmul_(square_avgs, grads, grads, value=1.0 - group["alpha"])
+            denominators = torch._foreach_add(square_avgs, group["eps"])
+            torch._foreach_sqrt_(denominators)
+            torch._foreach_addcdiv_(params, grads, denominators, value=-group["lr"])
+        return None

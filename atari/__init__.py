@@ -1,0 +1,1 @@
+"""Environment construction, preprocessing and vectorization for acer_sync."""

@@ -1,0 +1,213 @@
+"""Building vectorized environments: ale-py's C++ vector env, or gymnasium's vector envs.
+
+Every backend returns the same thing: one preprocessed frame per env (no frame stack), the raw
+(unclipped) reward, ``terminated``/``truncated`` for the real end of a game, and the lives left.
+Frame stacking (:mod:`atari.stacking`) and the training view of episodes (life loss ends an
+episode, rewards clipped to their sign; :mod:`atari.episodes`) are applied on top, identically for
+every backend, so the backends differ only in how they step the emulator.
+
+Autoreset is SAME_STEP everywhere: the step that ends an episode already returns the first frame
+of the next one, so every action sent is an action the env really took. (NEXT_STEP, the default
+of both gymnasium and ale-py, spends the step after a done on a reset that ignores the action,
+and such a step must never be trained on.)
+
+Atari preprocessing is the DeepMind one: up to 30 no-ops at reset, 4-frame skip with a max-pool
+over the last two frames, FIRE at reset where the game needs it, 84×84 grayscale.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from acer_sync.errors import UserError
+
+BACKENDS = ("ale", "subproc", "sync")
+ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
+ATARI_FRAME = (84, 84)
+ATARI_STACK = 4
+NOOP_MAX = 30
+FRAME_SKIP = 4
+
+
+def _register_ale() -> None:
+    # Gymnasium ≥ 1.0 no longer imports ale-py's registrations by itself.
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What the rest of the trainer needs to know about an env id."""
+
+    env_id: str
+    atari: bool
+    frame_shape: tuple[int, ...]
+    frame_dtype: np.dtype
+    stack: int
+    n_actions: int
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """The shape the network sees: ``(stack, *frame_shape)``."""
+        return (self.stack, *self.frame_shape)
+
+    @property
+    def arch(self) -> str:
+        return "cnn" if self.atari else "mlp"
+
+
+def resolve_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, or a one-line :class:`UserError` with close matches."""
+    _register_ale()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error:
+        close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UserError(f"unknown env id {env_id!r}{hint}") from None
+
+
+def is_atari(env_id: str) -> bool:
+    return resolve_spec(env_id).entry_point == ATARI_ENTRY_POINT
+
+
+def env_info(env_id: str) -> EnvInfo:
+    """Inspect ``env_id`` once (builds and closes one env) and check that ACER can run it."""
+    spec = resolve_spec(env_id)
+    atari = spec.entry_point == ATARI_ENTRY_POINT
+    env = gym.make(env_id)
+    try:
+        action_space = env.action_space
+        observation_space = env.observation_space
+    finally:
+        env.close()
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise UserError(
+            f"{env_id} has a {type(action_space).__name__} action space; acer_sync supports "
+            "discrete actions only until continuous support lands"
+        )
+    if atari:
+        return EnvInfo(env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n))
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        raise UserError(
+            f"{env_id} has observation space {observation_space}; acer_sync supports Atari frames "
+            "and flat vector observations"
+        )
+    return EnvInfo(env_id, False, tuple(observation_space.shape), np.dtype(np.float32), 1, int(action_space.n))
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE after every reset, for games that wait for it (as ale-py's ``use_fire_reset``)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+    """One gymnasium env with this project's preprocessing (Atari) or none (anything else)."""
+    spec = resolve_spec(env_id)
+    if spec.entry_point != ATARI_ENTRY_POINT:
+        return gym.make(env_id, render_mode=render_mode)
+    env = gym.make(env_id, frameskip=1, render_mode=render_mode)
+    env = gym.wrappers.AtariPreprocessing(
+        env,
+        noop_max=NOOP_MAX,
+        frame_skip=FRAME_SKIP,
+        screen_size=ATARI_FRAME[0],
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+        scale_obs=False,
+    )
+    if "FIRE" in env.unwrapped.get_action_meanings():
+        env = FireReset(env)
+    return env
+
+
+class VecEnv:
+    """A uniform face over the backends.
+
+    ``reset() -> frames`` and ``step(actions) -> (frames, raw_rewards, terminated, truncated,
+    lives)``, all numpy arrays with the env on the first axis. ``lives`` is 0 for games without
+    lives and for non-Atari envs.
+    """
+
+    def __init__(self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None):
+        self.info = info
+        self.num_envs = num_envs
+        self.backend = backend
+        if backend == "ale":
+            if not info.atari:
+                raise UserError(f"--vec-env ale runs Atari games only; use subproc or sync for {info.env_id}")
+            from ale_py.vector_env import AtariVectorEnv
+
+            kwargs = resolve_spec(info.env_id).kwargs
+            self.env = AtariVectorEnv(
+                kwargs["game"],
+                num_envs,
+                num_threads=min(num_envs, os.cpu_count() or 1),
+                max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108_000),
+                repeat_action_probability=kwargs.get("repeat_action_probability", 0.0),
+                full_action_space=kwargs.get("full_action_space", False),
+                autoreset_mode="SameStep",
+                img_height=ATARI_FRAME[0],
+                img_width=ATARI_FRAME[1],
+                stack_num=1,
+                frameskip=FRAME_SKIP,
+                noop_max=NOOP_MAX,
+                episodic_life=False,
+                reward_clipping=False,
+                use_fire_reset=True,
+            )
+        elif backend in ("subproc", "sync"):
+            fns = [lambda: make_gym_env(info.env_id, render_mode) for _ in range(num_envs)]
+            same_step = gym.vector.AutoresetMode.SAME_STEP
+            if backend == "subproc":
+                self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step)
+            else:
+                self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
+        else:
+            raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
+
+    def _frames(self, obs: np.ndarray) -> np.ndarray:
+        if self.backend == "ale":
+            obs = obs[:, 0]  # drop the stack axis of size 1
+        return np.asarray(obs, dtype=self.info.frame_dtype)
+
+    def _lives(self, info: dict) -> np.ndarray:
+        return np.asarray(info.get("lives", np.zeros(self.num_envs)), dtype=np.int64)
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Reset every env; returns ``(frames, lives)``."""
+        obs, info = self.env.reset(seed=seed)
+        return self._frames(obs), self._lives(info)
+
+    def step(self, actions: np.ndarray):
+        obs, rewards, terminated, truncated, info = self.env.step(np.asarray(actions, dtype=np.int64))
+        return (
+            self._frames(obs),
+            np.asarray(rewards, dtype=np.float32),
+            np.asarray(terminated, dtype=bool),
+            np.asarray(truncated, dtype=bool),
+            self._lives(info),
+        )
+
+    def render(self) -> np.ndarray:
+        """The RGB frame of env 0 (needs ``render_mode='rgb_array'`` and a gymnasium backend)."""
+        return self.env.envs[0].render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def default_backend(info: EnvInfo) -> str:
+    return "ale" if info.atari else "subproc"
