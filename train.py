@@ -12,7 +12,7 @@ from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer, write_config
-from atari.envs import env_info
+from atari.envs import env_info, is_atari
 
 
 def parse_args(argv: list[str]):
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         config, payload = resumed_config(args.resume, overrides)
         run_dir = args.resume
     else:
-        info = env_info(overrides.get("env", Config.env))
-        config = build_config(info.atari, overrides)
+        config = build_config(is_atari(overrides.get("env", Config.env)), overrides)
         payload = None
     problems = validate(config)
     if problems:

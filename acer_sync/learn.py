@@ -183,7 +183,8 @@ class Trainer:
         self.tracker.recent_returns.extend(payload["recent_returns"])
         rng = payload["rng"]
         random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
-        np.random.set_state(tuple(rng["numpy"]))
+        name, keys, *rest = rng["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
         torch.set_rng_state(rng["torch"])
         self.sampler.bit_generator.state = rng["sampler"]
 

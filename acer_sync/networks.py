@@ -53,10 +53,13 @@ class MLP(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """A shared torso with a policy head π(·|x) (softmax) and a critic head Q(x, ·).
+    """A policy head π(·|x) (softmax) and a critic head Q(x, ·) on top of torsos.
 
-    ``forward`` returns ``(pi, q)``, both ``[B, A]``. ``arch`` is ``"cnn"`` for frames and
-    ``"mlp"`` for vector observations; :meth:`spec` identifies the architecture in checkpoints.
+    ``forward`` returns ``(pi, q)``, both ``[B, A]``. ``arch`` is ``"cnn"`` for frames: one shared
+    Nature-CNN torso, as in the paper and Baselines. ``"mlp"`` is for vector observations: two
+    separate MLP torsos, one for π and one for Q (as Stable-Baselines' ACER MlpPolicy), so that the
+    critic's large regression gradients do not swamp the policy's features. :meth:`spec`
+    identifies the architecture in checkpoints.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int, arch: str, hidden: tuple[int, ...] = (64, 64)):
@@ -67,16 +70,17 @@ class ActorCritic(nn.Module):
         self.hidden = tuple(hidden) if arch == "mlp" else ()
         if arch == "cnn":
             self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
+            self.q_torso: nn.Module | None = None
         elif arch == "mlp":
             in_features = 1
             for size in obs_shape:
                 in_features *= size
             self.torso = MLP(in_features, hidden)
+            self.q_torso = MLP(in_features, hidden)
         else:
             raise ValueError(f"unknown architecture {arch!r}")
-        width = self.torso.out_features
-        self.policy_head = nn.Linear(width, n_actions)
-        self.q_head = nn.Linear(width, n_actions)
+        self.policy_head = nn.Linear(self.torso.out_features, n_actions)
+        self.q_head = nn.Linear((self.q_torso or self.torso).out_features, n_actions)
 
     def spec(self) -> dict:
         """The constructor arguments: what a checkpoint must match to be loaded into this net."""
@@ -85,10 +89,11 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.torso(obs)
         pi = torch.softmax(self.policy_head(features), dim=-1)
-        return pi, self.q_head(features)
+        q_features = features if self.q_torso is None else self.q_torso(obs)
+        return pi, self.q_head(q_features)
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """π(·|x) alone, skipping the Q head (the average network needs only this)."""
+        """π(·|x) alone, skipping the Q head and torso (acting and the average network need only this)."""
         return torch.softmax(self.policy_head(self.torso(obs)), dim=-1)
 
 

@@ -35,9 +35,11 @@ FRAME_SKIP = 4
 
 
 def _register_ale() -> None:
-    # Gymnasium ≥ 1.0 no longer imports ale-py's registrations by itself.
+    # Gymnasium ≥ 1.0 no longer imports ale-py's registrations by itself. The logger mode keeps
+    # ALE's banner off stderr, where it would crowd out our one-line errors.
     import ale_py
 
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     gym.register_envs(ale_py)
 
 
@@ -113,23 +115,25 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def make_gym_env(env_id: str, render_mode: str | None = None) -> gym.Env:
+def make_gym_env(env_id: str, render_mode: str | None = None, noop_max: int = NOOP_MAX) -> gym.Env:
     """One gymnasium env with this project's preprocessing (Atari) or none (anything else)."""
     spec = resolve_spec(env_id)
+    render = {"render_mode": render_mode} if render_mode is not None else {}
     if spec.entry_point != ATARI_ENTRY_POINT:
-        return gym.make(env_id, render_mode=render_mode)
-    env = gym.make(env_id, frameskip=1, render_mode=render_mode)
+        return gym.make(env_id, **render)
+    env = gym.make(env_id, frameskip=1, **render)
+    if "FIRE" in env.unwrapped.get_action_meanings():
+        # Inside the frame skip, so FIRE is one emulator frame, as in ale-py's vector env.
+        env = FireReset(env)
     env = gym.wrappers.AtariPreprocessing(
         env,
-        noop_max=NOOP_MAX,
+        noop_max=noop_max,
         frame_skip=FRAME_SKIP,
         screen_size=ATARI_FRAME[0],
         terminal_on_life_loss=False,
         grayscale_obs=True,
         scale_obs=False,
     )
-    if "FIRE" in env.unwrapped.get_action_meanings():
-        env = FireReset(env)
     return env
 
 
@@ -138,10 +142,12 @@ class VecEnv:
 
     ``reset() -> frames`` and ``step(actions) -> (frames, raw_rewards, terminated, truncated,
     lives)``, all numpy arrays with the env on the first axis. ``lives`` is 0 for games without
-    lives and for non-Atari envs.
+    lives and for non-Atari envs. ``noop_max`` 0 makes Atari resets deterministic (for tests).
     """
 
-    def __init__(self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None):
+    def __init__(
+        self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None, noop_max: int = NOOP_MAX
+    ):
         self.info = info
         self.num_envs = num_envs
         self.backend = backend
@@ -163,13 +169,13 @@ class VecEnv:
                 img_width=ATARI_FRAME[1],
                 stack_num=1,
                 frameskip=FRAME_SKIP,
-                noop_max=NOOP_MAX,
+                noop_max=noop_max,
                 episodic_life=False,
                 reward_clipping=False,
                 use_fire_reset=True,
             )
         elif backend in ("subproc", "sync"):
-            fns = [lambda: make_gym_env(info.env_id, render_mode) for _ in range(num_envs)]
+            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max) for _ in range(num_envs)]
             same_step = gym.vector.AutoresetMode.SAME_STEP
             if backend == "subproc":
                 self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step)

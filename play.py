@@ -1,0 +1,107 @@
+"""Watch or record a trained agent: ``python play.py RUN_DIR_OR_CHECKPOINT --episodes 5 --video pong.mp4``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from acer_sync.checkpoint import load_checkpoint
+from acer_sync.cli import OneLineParser
+from acer_sync.errors import UserError, run_cli
+from acer_sync.evaluation import evaluate
+from acer_sync.learn import select_device
+from acer_sync.networks import ActorCritic
+from atari.envs import VecEnv, env_info
+
+VIDEO_FPS = 30
+
+
+def parse_args(argv: list[str]):
+    parser = OneLineParser(prog="play.py", description="Play full games with a checkpoint and print the raw scores.")
+    parser.add_argument("checkpoint", type=Path, help="a run directory (its latest checkpoint) or a checkpoint file")
+    parser.add_argument("--episodes", type=int, default=5, help="full games to play (default: 5)")
+    parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file")
+    parser.add_argument("--greedy", action="store_true", help="take argmax actions instead of sampling from the policy")
+    parser.add_argument("--render", action="store_true", help="show the game in a window (needs a display)")
+    parser.add_argument("--seed", type=int, default=0, help="env seed (default: 0)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where the network runs (default: cpu)")
+    return parser.parse_args(argv)
+
+
+def load_model(payload: dict, checkpoint: Path) -> tuple[ActorCritic, str]:
+    try:
+        spec = payload["model_spec"]
+        env_id = payload["env_id"]
+        model = ActorCritic(tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]))
+        model.load_state_dict(payload["model"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise UserError(f"{checkpoint} does not hold a usable model ({type(error).__name__})") from None
+    info = env_info(env_id)
+    if tuple(spec["obs_shape"]) != info.obs_shape or int(spec["n_actions"]) != info.n_actions:
+        raise UserError(
+            f"{checkpoint} was made for observations {tuple(spec['obs_shape'])} and {spec['n_actions']} actions, "
+            f"but {env_id} has {info.obs_shape} and {info.n_actions}"
+        )
+    return model, env_id
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.episodes < 1:
+        raise UserError("--episodes must be >= 1")
+    if args.render and sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise UserError("--render needs a display, and none was found (DISPLAY is not set); record with --video FILE instead")
+    if args.video is not None and not args.video.parent.is_dir():
+        raise UserError(f"cannot write video {args.video}: folder {args.video.parent} does not exist")
+    payload = load_checkpoint(args.checkpoint)
+    model, env_id = load_model(payload, args.checkpoint)
+    device = select_device(args.device)
+    model.to(device).eval()
+    info = env_info(env_id)
+
+    render_mode = "rgb_array" if args.video is not None else ("human" if args.render else None)
+    try:
+        env = VecEnv(info, 1, "sync", render_mode=render_mode)
+    except gym.error.DependencyNotInstalled as error:
+        raise UserError(f"rendering {env_id} needs a missing package: {error}") from None
+
+    writer = None
+    frames_written = 0
+
+    def record() -> None:
+        nonlocal writer, frames_written
+        frame = np.asarray(env.render())
+        if writer is None:
+            import cv2
+
+            height, width = frame.shape[:2]
+            writer = cv2.VideoWriter(str(args.video), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
+            if not writer.isOpened():
+                raise UserError(f"opencv cannot write an mp4 to {args.video}")
+        writer.write(frame[..., ::-1].copy())  # RGB to BGR
+        frames_written += 1
+
+    try:
+        scores = evaluate(
+            model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
+            on_step=record if args.video is not None else None,
+        )
+    finally:
+        if writer is not None:
+            writer.release()
+        env.close()
+    for index, score in enumerate(scores, 1):
+        print(f"episode {index}: score {score:g}")
+    print(f"mean score over {len(scores)} episodes: {np.mean(scores):g} (std {np.std(scores):g})")
+    if args.video is not None:
+        print(f"video: {args.video} ({frames_written} frames at {VIDEO_FPS} fps)")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "play.py")

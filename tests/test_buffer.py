@@ -1,0 +1,142 @@
+"""The replay buffer: frames stored once, stacks rebuilt exactly as acting built them."""
+
+import numpy as np
+import pytest
+import torch
+
+from acer_sync.buffer import ReplayBuffer, Segment, rebuild_stacks
+from atari.stacking import FrameStacker
+
+N, T, STACK, A = 3, 5, 4, 2
+
+
+class FakeRollout:
+    """Produces segments like the Runner: unique frame ids, random episode ends, acting stacks."""
+
+    def __init__(self, seed: int, done_prob: float = 0.2):
+        self.rng = np.random.default_rng(seed)
+        self.done_prob = done_prob
+        self.step = 0
+        self.stacker = FrameStacker(N, STACK, (1,), np.dtype(np.float32))
+        self.frames = self._frames()
+        self.first = np.ones(N, dtype=bool)
+        self.stacker.reset(self.frames)
+
+    def _frames(self) -> np.ndarray:
+        # Frame id encodes (env, global step) so every frame is distinct.
+        return (np.arange(N)[:, None] * 100_000 + self.step + 1).astype(np.float32)
+
+    def segment(self) -> tuple[Segment, np.ndarray]:
+        frames = np.empty((T + 1, N, 1), np.float32)
+        firsts = np.empty((T + 1, N), bool)
+        stacks = np.empty((T + 1, N, STACK, 1), np.float32)
+        dones = np.empty((T, N), bool)
+        for t in range(T):
+            frames[t], firsts[t], stacks[t] = self.frames, self.first, self.stacker.stacked
+            dones[t] = self.rng.random(N) < self.done_prob
+            self.step += 1
+            self.frames = self._frames()
+            self.stacker.push(self.frames, dones[t])
+            self.first = dones[t]
+        frames[T], firsts[T], stacks[T] = self.frames, self.first, self.stacker.stacked
+        actions = self.rng.integers(0, A, (T, N))
+        mu = self.rng.dirichlet(np.ones(A), (T, N)).astype(np.float32)
+        rewards = self.rng.normal(size=(T, N)).astype(np.float32)
+        return Segment(frames, firsts, actions, mu, rewards, dones), stacks
+
+
+def make_buffer(segments: int) -> ReplayBuffer:
+    return ReplayBuffer(N, T, segments * T, (1,), np.dtype(np.float32), STACK, A)
+
+
+def rebuilt(sample) -> np.ndarray:
+    return rebuild_stacks(torch.from_numpy(sample.frames), torch.from_numpy(sample.firsts), STACK).numpy()
+
+
+def test_frames_are_stored_once():
+    buffer = ReplayBuffer(16, 20, 50_000, (84, 84), np.dtype(np.uint8), 4, 6)
+    assert buffer.frames.shape == (50_000 + 4, 16, 84, 84)
+    per_transition = buffer.nbytes / (16 * 50_000)
+    assert per_transition < 7_100  # one 84x84 frame is 7,056 bytes
+    assert buffer.nbytes == ReplayBuffer.bytes_needed(16, 20, 50_000, (84, 84), np.uint8, 4, 6)
+
+
+def test_latest_rebuilds_the_acting_stacks_and_data():
+    rollout, buffer = FakeRollout(0), make_buffer(4)
+    for _ in range(3):
+        segment, stacks = rollout.segment()
+        buffer.put(segment)
+        sample = buffer.latest()
+        np.testing.assert_array_equal(rebuilt(sample), stacks)
+        for name in ("actions", "mu", "rewards", "dones"):
+            np.testing.assert_array_equal(getattr(sample, name), getattr(segment, name))
+
+
+def test_every_stored_segment_survives_wraparound():
+    rollout, buffer = FakeRollout(1, done_prob=0.3), make_buffer(3)
+    history = []
+    for _ in range(11):  # more than three times around the ring
+        segment, stacks = rollout.segment()
+        buffer.put(segment)
+        history.append((segment, stacks))
+    assert buffer.segments_stored == 3
+    # The three newest segments sit at ring slots (8 % 3, 9 % 3, 10 % 3).
+    for age, (segment, stacks) in enumerate(history[-3:]):
+        ring_index = (8 + age) % 3
+        sample = buffer._gather(np.full(N, ring_index))
+        np.testing.assert_array_equal(rebuilt(sample), stacks)
+        np.testing.assert_array_equal(sample.actions, segment.actions)
+        np.testing.assert_array_equal(sample.dones, segment.dones)
+
+
+def test_stacks_are_zeroed_before_an_episode_start():
+    frames = torch.arange(1, 8, dtype=torch.float32).view(7, 1, 1)  # window of T+stack = 7, N = 1
+    firsts = torch.tensor([[False], [False], [False], [False], [True], [False], [False]])
+    stacks = rebuild_stacks(frames, firsts, 4)[:, 0, :, 0]  # [T+1, stack]
+    expected = torch.tensor(
+        [
+            [1.0, 2.0, 3.0, 4.0],
+            [0.0, 0.0, 0.0, 5.0],  # frame 5 starts an episode
+            [0.0, 0.0, 5.0, 6.0],
+            [0.0, 5.0, 6.0, 7.0],
+        ]
+    )
+    assert torch.equal(stacks, expected)
+
+
+def test_one_segment_is_sampled_per_env():
+    rollout, buffer = FakeRollout(2), make_buffer(6)
+    segments = []
+    for _ in range(6):
+        segment, _ = rollout.segment()
+        buffer.put(segment)
+        segments.append(segment)
+    rng = np.random.default_rng(0)
+    index_sets = []
+    for _ in range(10):
+        sample = buffer.sample(rng)
+        assert sample.actions.shape == (T, N) and sample.frames.shape == (T + STACK, N, 1)
+        chosen = []
+        for env in range(N):
+            # The env's frames come from that env (id // 100000) and from exactly one stored segment.
+            newest = sample.frames[STACK - 1 :, env, 0]
+            assert np.all(newest // 100_000 == env)
+            matches = [i for i, seg in enumerate(segments) if np.array_equal(seg.frames[:, env, 0], newest)]
+            assert len(matches) == 1
+            np.testing.assert_array_equal(sample.rewards[:, env], segments[matches[0]].rewards[:, env])
+            chosen.append(matches[0])
+        index_sets.append(chosen)
+    # Each env draws its own segment index, as Baselines does, rather than one shared index.
+    assert any(len(set(chosen)) > 1 for chosen in index_sets)
+
+
+def test_put_checks_shapes():
+    buffer = make_buffer(2)
+    segment, _ = FakeRollout(3).segment()
+    with pytest.raises(ValueError):
+        buffer.put(segment._replace(actions=segment.actions[:-1]))
+
+
+def test_too_small_buffer_is_refused():
+    with pytest.raises(ValueError, match="no segment"):
+        ReplayBuffer(N, T, T - 1, (1,), np.dtype(np.float32), STACK, A)

@@ -1,0 +1,226 @@
+"""train.py and play.py end to end (through subprocesses), and their handling of bad input."""
+
+import csv
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from acer_sync.checkpoint import load_checkpoint, save_checkpoint
+from acer_sync.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_PONG = [
+    "--env", "PongNoFrameskip-v4", "--num-envs", "4", "--buffer-size", "400", "--replay-start", "100",
+    "--log-interval", "5", "--checkpoint-every", "1000", "--device", "cpu", "--no-progress",
+]
+
+
+def run(script: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *map(str, args)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def read_progress(run_dir: Path) -> list[dict]:
+    with open(run_dir / "progress.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def pong_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "pong"
+    result = run("train.py", *SMALL_PONG, "--total-timesteps", "2000", "--run-dir", run_dir)
+    assert result.returncode == 0, result.stderr
+    assert "replay buffer:" in result.stdout
+    return run_dir
+
+
+def test_train_writes_config_progress_tensorboard_and_checkpoints(pong_run):
+    config = json.loads((pong_run / "config.json").read_text())
+    assert config["config"]["env"] == "PongNoFrameskip-v4" and config["config"]["num_envs"] == 4
+    assert config["config"]["gamma"] == 0.99 and "torch" in config["versions"] and config["git_commit"]
+    rows = read_progress(pong_run)
+    assert rows and int(rows[-1]["total_timesteps"]) == 2000
+    for column in ("total_timesteps", "fps", "episodes", "mean_episode_reward", "loss_policy", "loss_q",
+                   "entropy", "explained_variance", "avg_norm_k", "avg_norm_adj", "off_rho_mean"):
+        assert column in rows[0]
+    assert any(float(row["off_policy_updates"]) > 0 for row in rows)  # replay started
+    assert list((pong_run / "tb").glob("events.out.tfevents.*"))
+    checkpoints = sorted(p.name for p in (pong_run / "checkpoints").iterdir())
+    assert "latest.pt" in checkpoints and "step_0000001040.pt" in checkpoints
+    payload = load_checkpoint(pong_run)
+    assert payload["counters"]["timesteps"] == 2000 and payload["env_id"] == "PongNoFrameskip-v4"
+
+
+def test_play_plays_the_checkpoint_and_writes_a_video(pong_run, tmp_path):
+    video = tmp_path / "pong.mp4"
+    result = run("play.py", pong_run, "--episodes", "1", "--video", video)
+    assert result.returncode == 0, result.stderr
+    assert "episode 1: score" in result.stdout and "mean score over 1 episodes" in result.stdout
+    capture = cv2.VideoCapture(str(video))
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    ok, frame = capture.read()
+    capture.release()
+    assert ok and frame.shape == (210, 160, 3) and frames > 100
+
+
+def test_play_accepts_a_checkpoint_file(pong_run):
+    result = run("play.py", pong_run / "checkpoints" / "latest.pt", "--episodes", "1", "--greedy")
+    assert result.returncode == 0, result.stderr
+
+
+def test_resume_continues_the_run(pong_run, tmp_path):
+    import shutil
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(pong_run, resumed)
+    before = load_checkpoint(resumed)
+    result = run("train.py", "--resume", resumed, "--total-timesteps", "2800", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "starts empty on resume" in result.stdout
+    steps = [int(row["total_timesteps"]) for row in read_progress(resumed)]
+    assert steps == sorted(set(steps)) and steps[-1] == 2800
+    assert all(b - a == 400 for a, b in zip(steps, steps[1:]))  # every 5 iterations of 4x20 steps
+    after = load_checkpoint(resumed)
+    assert after["counters"]["timesteps"] == 2800
+    assert after["counters"]["iterations"] == before["counters"]["iterations"] + 10
+    assert after["config"]["total_timesteps"] == 2800
+
+
+def test_resume_refuses_conflicting_flags(pong_run):
+    result = run("train.py", "--resume", pong_run, "--nsteps", "5", "--env", "BreakoutNoFrameskip-v4")
+    assert result.returncode == 2
+    assert "--nsteps 5 (the run used 20)" in result.stderr and "--env BreakoutNoFrameskip-v4" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "Pongg-v4"], "unknown env id"),
+        (["--env", "Pendulum-v1"], "discrete actions only"),
+        (["--nsteps", "0"], "--nsteps must be >= 1"),
+        (["--num-envs", "0"], "--num-envs must be >= 1"),
+        (["--lr", "-1"], "--lr must be"),
+        (["--lr", "nan"], "invalid finite number value"),
+        (["--gamma", "1.5"], "--gamma must be in (0, 1]"),
+        (["--replay-ratio", "-1"], "--replay-ratio must be"),
+        (["--delta", "0"], "--delta must be"),
+        (["--buffer-size", "10"], "--buffer-size (10) must hold at least one segment"),
+        (["--buffer-size", "100000000"], "lower --buffer-size"),
+        (["--num-envs", "many"], "invalid int value"),
+    ],
+)
+def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
+    line = one_line_error(run("train.py", *args, "--run-dir", tmp_path / "run"))
+    assert message in line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_unwritable_run_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_line_error(run("train.py", "--env", "CartPole-v1", "--run-dir", blocker / "run"))
+    assert "cannot write to run directory" in line
+    line = one_line_error(run("train.py", "--env", "CartPole-v1", "--run-dir", blocker))
+    assert "not a directory" in line
+
+
+def test_missing_checkpoints(tmp_path):
+    assert "does not exist" in one_line_error(run("play.py", tmp_path / "nothing.pt"))
+    assert "no such run directory" in one_line_error(run("train.py", "--resume", tmp_path / "nothing"))
+    (tmp_path / "empty").mkdir()
+    assert "holds no checkpoint" in one_line_error(run("play.py", tmp_path / "empty"))
+
+
+def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
+    payload = load_checkpoint(pong_run)
+    payload["model_spec"]["n_actions"] = 4
+    payload["model"]["policy_head.weight"] = payload["model"]["policy_head.weight"][:4]
+    payload["model"]["policy_head.bias"] = payload["model"]["policy_head.bias"][:4]
+    payload["model"]["q_head.weight"] = payload["model"]["q_head.weight"][:4]
+    payload["model"]["q_head.bias"] = payload["model"]["q_head.bias"][:4]
+    save_checkpoint(tmp_path / "other.pt", payload)
+    assert "was made for" in one_line_error(run("play.py", tmp_path / "other.pt"))
+
+
+def test_render_without_display_says_so(pong_run):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "play.py"), str(pong_run), "--render"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert "needs a display" in one_line_error(result)
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {MARKER}",))
+
+
+MARKER = Path("/tmp/acer_sync_pickle_payload_ran")
+
+
+def test_a_pickle_with_a_code_payload_is_refused_and_never_runs(tmp_path):
+    MARKER.unlink(missing_ok=True)
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": 1, "model": Payload()}, evil)
+    with pytest.raises(UserError, match="not a plain-data checkpoint"):
+        load_checkpoint(evil)
+    with open(evil, "wb") as handle:
+        pickle.dump(Payload(), handle)
+    with pytest.raises(UserError):
+        load_checkpoint(evil)
+    assert not MARKER.exists()
+
+
+def test_truncated_checkpoint_gets_a_clear_message(pong_run, tmp_path):
+    data = (pong_run / "checkpoints" / "latest.pt").read_bytes()
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match="corrupt or truncated"):
+        load_checkpoint(broken)
+    assert "corrupt or truncated" in one_line_error(run("play.py", broken))
+
+
+def test_resume_restores_models_optimizer_counters_and_rngs(pong_run):
+    from acer_sync.config import Config
+    from acer_sync.learn import Trainer
+    from atari.envs import env_info
+
+    payload = load_checkpoint(pong_run)
+    config = Config(**payload["config"])
+    trainer = Trainer(config, env_info(config.env), pong_run, resume=payload, progress_bar=False)
+    try:
+        for name, tensor in payload["model"].items():
+            assert torch.equal(trainer.model.state_dict()[name], tensor)
+        for name, tensor in payload["average_model"].items():
+            assert torch.equal(trainer.agent.average_model.state_dict()[name], tensor)
+        assert not all(torch.equal(payload["model"][n], payload["average_model"][n]) for n in payload["model"])
+        restored = trainer.agent.optimizer.state_dict()
+        for index, state in payload["optimizer"]["state"].items():
+            assert torch.equal(restored["state"][index]["square_avg"], state["square_avg"])
+        assert trainer.timesteps == payload["counters"]["timesteps"]
+        assert trainer.tracker.episodes == payload["counters"]["episodes"]
+        assert torch.equal(torch.get_rng_state(), payload["rng"]["torch"])
+        again = trainer.checkpoint_payload()
+        assert again["rng"]["sampler"] == payload["rng"]["sampler"]
+        assert torch.equal(again["rng"]["numpy"][1], payload["rng"]["numpy"][1])
+    finally:
+        trainer.close()

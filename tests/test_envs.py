@@ -1,0 +1,131 @@
+"""The env layer: backends agree, autoreset never drops an action, life loss and clipping."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from acer_sync.errors import UserError
+from atari.envs import VecEnv, env_info
+from atari.episodes import EpisodeTracker
+from atari.stacking import FrameStacker
+
+
+class ActionEchoEnv(gym.Env):
+    """Pays the action it was sent as the reward; episodes last 3 steps; obs = (episode, t)."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self):
+        self.episode = -1
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        return np.array([self.episode, self.t], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.episode, self.t], np.float32), float(action), self.t == 3, False, {}
+
+
+gym.register("ActionEcho-v0", entry_point=ActionEchoEnv)
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_autoreset_never_ignores_an_action(backend):
+    env = VecEnv(env_info("ActionEcho-v0"), 2, backend)
+    frames, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    episode_ends = 0
+    for _ in range(10):
+        actions = rng.integers(1, 3, size=2)  # never 0, so an ignored action shows as reward 0
+        frames, rewards, terminated, _, _ = env.step(actions)
+        np.testing.assert_array_equal(rewards, actions)
+        # SAME_STEP: the step that ends an episode already returns the next episode's first obs.
+        np.testing.assert_array_equal(frames[terminated, 1], 0)
+        episode_ends += int(terminated.sum())
+    env.close()
+    assert episode_ends == 6  # 10 steps, 3-step episodes, 2 envs: every step was a real step
+
+
+def test_ale_and_gymnasium_backends_preprocess_identically():
+    """With deterministic resets, both backends give the same frames, raw rewards, lives and ends."""
+    info = env_info("SpaceInvadersNoFrameskip-v4")
+    ale = VecEnv(info, 1, "ale", noop_max=0)
+    wrapped = VecEnv(info, 1, "sync", noop_max=0)
+    trackers = [EpisodeTracker(1, True, True) for _ in range(2)]
+    frames_a, lives_a = ale.reset(seed=0)
+    frames_b, lives_b = wrapped.reset(seed=0)
+    assert frames_a.shape == frames_b.shape == (1, 84, 84) and frames_a.dtype == frames_b.dtype == np.uint8
+    np.testing.assert_array_equal(frames_a, frames_b)
+    np.testing.assert_array_equal(lives_a, lives_b)
+    for tracker, lives in zip(trackers, (lives_a, lives_b)):
+        tracker.reset(lives)
+    rng = np.random.default_rng(0)
+    seen = {"life_loss": 0, "game_over": 0, "big_reward": 0}
+    steps_after_game_over = 0
+    for _ in range(5000):
+        actions = rng.integers(0, info.n_actions, size=1)
+        out_a, out_b = ale.step(actions), wrapped.step(actions)
+        for a, b in zip(out_a, out_b):
+            np.testing.assert_array_equal(a, b)
+        train_a = trackers[0].step(*out_a[1:])
+        train_b = trackers[1].step(*out_b[1:])
+        for a, b in zip(train_a, train_b):
+            np.testing.assert_array_equal(a, b)
+        rewards, dones, game_over = train_a
+        seen["big_reward"] += int((out_a[1] > 1).sum())
+        assert np.all(np.abs(rewards) <= 1) and np.all(rewards == np.sign(out_a[1]))
+        seen["life_loss"] += int((dones & ~game_over).sum())
+        seen["game_over"] += int(game_over.sum())
+        if seen["game_over"]:
+            steps_after_game_over += 1
+            if steps_after_game_over > 30:
+                break
+    ale.close()
+    wrapped.close()
+    assert seen["game_over"] == 1 and seen["life_loss"] >= 2 and seen["big_reward"] > 0
+    # Logged scores are raw full-game scores, not clipped and not per life.
+    assert trackers[0].recent_returns[0] == trackers[1].recent_returns[0] > 3 * 1
+
+
+def test_episode_tracker_life_loss_clipping_and_raw_scores():
+    tracker = EpisodeTracker(2, life_loss_ends_episode=True, clip_rewards=True)
+    tracker.reset(np.array([3, 3]))
+    step = tracker.step
+    r, d, g = step(np.array([5.0, 0.0]), np.array([False, False]), np.array([False, False]), np.array([3, 2]))
+    np.testing.assert_array_equal(r, [1.0, 0.0])
+    np.testing.assert_array_equal(d, [False, True])  # env 1 lost a life
+    np.testing.assert_array_equal(g, [False, False])
+    r, d, g = step(np.array([-7.0, 10.0]), np.array([True, False]), np.array([False, False]), np.array([3, 2]))
+    np.testing.assert_array_equal(r, [-1.0, 1.0])
+    np.testing.assert_array_equal(d, [True, False])  # the new game's lives (3) are no life loss
+    assert list(tracker.recent_returns) == [-2.0] and tracker.episodes == 1
+    r, d, g = step(np.array([0.0, 1.0]), np.array([False, False]), np.array([False, True]), np.array([3, 3]))
+    assert d[1] and g[1] and list(tracker.recent_returns) == [-2.0, 11.0]
+
+
+def test_frame_stacker_clears_at_episode_start():
+    stacker = FrameStacker(2, 3, (1,), np.dtype(np.float32))
+    stacker.reset(np.array([[1.0], [1.0]]))
+    stacker.push(np.array([[2.0], [2.0]]), np.array([False, False]))
+    stacked = stacker.push(np.array([[3.0], [3.0]]), np.array([False, True]))
+    np.testing.assert_array_equal(stacked[:, :, 0], [[1.0, 2.0, 3.0], [0.0, 0.0, 3.0]])
+
+
+def test_unknown_env_suggests_close_matches():
+    with pytest.raises(UserError, match="did you mean.*PongNoFrameskip-v4"):
+        env_info("PongNoFrameskip-v5x")
+
+
+def test_continuous_actions_are_refused():
+    with pytest.raises(UserError, match="discrete actions only"):
+        env_info("Pendulum-v1")
+
+
+def test_ale_backend_refuses_non_atari():
+    with pytest.raises(UserError, match="Atari games only"):
+        VecEnv(env_info("CartPole-v1"), 1, "ale")

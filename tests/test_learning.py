@@ -1,0 +1,49 @@
+"""Learning tests: the default classic-control preset solves CartPole-v1, and runs are reproducible."""
+
+import csv
+
+import pytest
+
+from acer_sync.config import build_config
+from acer_sync.learn import Trainer
+from atari.envs import env_info
+
+
+def train_cartpole(tmp_path, seed: int, **overrides) -> list[dict]:
+    config = build_config(False, dict(env="CartPole-v1", seed=seed, vec_env="sync", device="cpu", **overrides))
+    run_dir = tmp_path / f"cartpole_{seed}"
+    run_dir.mkdir()
+    Trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False).train()
+    with open(run_dir / "progress.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def solved_at(rows: list[dict]) -> int | None:
+    """First logged step whose 100-episode mean raw return is at least 475."""
+    for row in rows:
+        if float(row["mean_episode_reward"]) >= 475:
+            return int(row["total_timesteps"])
+    return None
+
+
+def test_cartpole_is_solved_within_200k_steps(tmp_path):
+    rows = train_cartpole(tmp_path, seed=1)
+    assert int(rows[-1]["total_timesteps"]) <= 200_000
+    assert solved_at(rows) is not None, max(float(r["mean_episode_reward"]) for r in rows)
+
+
+@pytest.mark.slow
+def test_cartpole_is_solved_on_at_least_two_of_three_seeds(tmp_path):
+    solved = {seed: solved_at(train_cartpole(tmp_path, seed=seed)) for seed in (1, 2, 3)}
+    print("solved at:", solved)
+    assert sum(step is not None for step in solved.values()) >= 2, solved
+
+
+def test_two_seeded_runs_are_identical(tmp_path):
+    runs = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        rows = train_cartpole(tmp_path / name, seed=7, total_timesteps=8_000)
+        runs.append([{k: v for k, v in row.items() if k != "fps"} for row in rows])
+    assert runs[0] == runs[1]
+    assert any(float(row["off_policy_updates"]) > 0 for row in runs[0])  # replay was exercised
