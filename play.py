@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scores = evaluate(
             model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
+            generator=torch.Generator(device=device).manual_seed(args.seed),
             on_step=record if args.video is not None else None,
         )
     finally:

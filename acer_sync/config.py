@@ -44,6 +44,9 @@ class Config:
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
     log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
     checkpoint_every: int = _f(1_000_000, "agent steps between periodic checkpoints")
+    eval_every: int = _f(250_000, "agent steps between evaluations on full games in separate envs (0: never)")
+    eval_episodes: int = _f(10, "full games per evaluation")
+    eval_greedy: bool = _f(False, "evaluate with argmax actions instead of sampling from the policy")
 
 
 #: Presets by kind of env. A flag the user gives overrides its preset value.
@@ -62,6 +65,7 @@ PRESETS: dict[str, dict] = {
         replay_start=500,
         log_interval=10,
         checkpoint_every=100_000,
+        eval_every=50_000,
     ),
 }
 
@@ -122,6 +126,8 @@ def validate(config: Config) -> list[str]:
     )
     need(config.log_interval >= 1, "--log-interval must be >= 1")
     need(config.checkpoint_every >= 1, "--checkpoint-every must be >= 1")
+    need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
+    need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")
     try:
         sizes = hidden_sizes(config)
         need(len(sizes) > 0 and all(s >= 1 for s in sizes), "--hidden must list positive layer sizes, e.g. 64,64")

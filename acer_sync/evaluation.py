@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 
 from acer_sync.networks import ActorCritic
@@ -20,29 +21,39 @@ def evaluate(
     device: torch.device,
     greedy: bool = False,
     seed: int | None = None,
+    generator: torch.Generator | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> list[float]:
-    """Play until ``episodes`` full games have finished; return their raw scores in finishing order.
+    """Play ``episodes`` full games and return their raw scores.
 
-    Actions are sampled from π, or its argmax with ``greedy``. Frame stacks are cleared only at a
-    real game start, and rewards are not clipped: this is the evaluation preprocessing, whatever
-    the training used. ``on_step`` runs after every env step (play.py records video frames there).
+    Actions are sampled from π (with ``generator``, so evaluation leaves the training RNG alone),
+    or its argmax with ``greedy``. Frame stacks are cleared only at a real game start, and rewards
+    are not clipped: this is the evaluation preprocessing, whatever the training used. Each env
+    plays a fixed share of the games, so short games are not favoured over long ones. ``on_step``
+    runs after the reset and after every env step (play.py records video frames there).
     """
     info = env.info
-    tracker = EpisodeTracker(env.num_envs, life_loss_ends_episode=False, clip_rewards=False, history=episodes + env.num_envs)
-    stacker = FrameStacker(env.num_envs, info.stack, info.frame_shape, info.frame_dtype)
+    n = env.num_envs
+    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+    played = np.zeros(n, dtype=np.int64)
+    scores: list[float] = []
+    tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
+    stacker = FrameStacker(n, info.stack, info.frame_shape, info.frame_dtype)
     frames, lives = env.reset(seed=seed)
     tracker.reset(lives)
     stacker.reset(frames)
     if on_step is not None:
         on_step()
-    while tracker.episodes < episodes:
+    while len(scores) < episodes:
         pi = model.policy(torch.from_numpy(stacker.stacked).to(device))
-        actions = pi.argmax(-1) if greedy else torch.multinomial(pi, 1).squeeze(-1)
+        actions = pi.argmax(-1) if greedy else torch.multinomial(pi, 1, generator=generator).squeeze(-1)
         frames, raw_rewards, terminated, truncated, lives = env.step(actions.cpu().numpy())
         _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
         stacker.push(frames, game_over)
+        for env_index, score in tracker.finished:
+            if played[env_index] < quota[env_index]:
+                played[env_index] += 1
+                scores.append(score)
         if on_step is not None:
             on_step()
-    # Several envs may finish on the same step; keep the first ``episodes`` games that ended.
-    return list(tracker.recent_returns)[:episodes]
+    return scores

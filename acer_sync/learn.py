@@ -20,6 +20,7 @@ from acer_sync.buffer import ReplayBuffer
 from acer_sync.checkpoint import LATEST, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
 from acer_sync.errors import UserError
+from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.networks import ActorCritic
 from acer_sync.runner import Runner
@@ -145,6 +146,10 @@ class Trainer:
         self.timesteps = 0
         self.iterations = 0
         self.updates = 0
+        self.time_before = 0.0  # wall time of earlier sessions of this run (resume)
+        self.started = time.perf_counter()
+        self.eval_env: VecEnv | None = None
+        self.eval_generator = torch.Generator(device=self.device).manual_seed(config.seed + 1)
         self.tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
         if resume is not None:
             self._restore(resume)
@@ -179,6 +184,7 @@ class Trainer:
         self.iterations = int(counters["iterations"])
         self.updates = int(counters["updates"])
         self.agent.nonfinite_updates = int(counters.get("nonfinite_updates", 0))
+        self.time_before = float(counters.get("time_elapsed", 0.0))
         self.tracker.episodes = int(counters["episodes"])
         self.tracker.recent_returns.extend(payload["recent_returns"])
         rng = payload["rng"]
@@ -204,6 +210,7 @@ class Trainer:
                 "updates": self.updates,
                 "episodes": self.tracker.episodes,
                 "nonfinite_updates": self.agent.nonfinite_updates,
+                "time_elapsed": self.time_elapsed(),
             },
             "recent_returns": list(self.tracker.recent_returns),
             "rng": {
@@ -212,6 +219,27 @@ class Trainer:
                 "torch": torch.get_rng_state(),
                 "sampler": self.sampler.bit_generator.state,
             },
+        }
+
+    def time_elapsed(self) -> float:
+        """Wall-clock seconds of this run, earlier sessions included."""
+        return self.time_before + time.perf_counter() - self.started
+
+    def evaluate(self) -> dict[str, float]:
+        """Play ``eval_episodes`` full games in separate envs with the evaluation preprocessing."""
+        cfg = self.config
+        start = time.perf_counter()
+        if self.eval_env is None:
+            self.eval_env = VecEnv(self.info, min(cfg.eval_episodes, cfg.num_envs), cfg.vec_env or default_backend(self.info))
+        scores = evaluate(
+            self.model, self.eval_env, cfg.eval_episodes, self.device, greedy=cfg.eval_greedy,
+            seed=cfg.seed + 1_000_003 * (1 + self.timesteps // max(cfg.eval_every, 1)), generator=self.eval_generator,
+        )
+        return {
+            "eval_mean": float(np.mean(scores)),
+            "eval_std": float(np.std(scores)),
+            "eval_episodes": len(scores),
+            "eval_seconds": round(time.perf_counter() - start, 2),
         }
 
     def save(self, periodic: bool) -> None:
@@ -226,6 +254,7 @@ class Trainer:
         cfg = self.config
         steps_per_iteration = cfg.num_envs * cfg.nsteps
         next_checkpoint = (self.timesteps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
+        next_eval = (self.timesteps // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else 0
         sums: dict[str, torch.Tensor] = {}
         counts = {"on": 0, "off": 0}
         interval_start, interval_steps = time.perf_counter(), 0
@@ -253,9 +282,16 @@ class Trainer:
                             self.updates += 1
                     bar.update(steps_per_iteration)
 
-                    if self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+                    evaluation = {}
+                    if cfg.eval_every and self.timesteps >= next_eval:
+                        paused = time.perf_counter()
+                        evaluation = self.evaluate()
+                        interval_start += time.perf_counter() - paused  # fps counts training only
+                        next_eval += cfg.eval_every
+                    if evaluation or self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
                         elapsed = time.perf_counter() - interval_start
                         row = self._progress_row(sums, counts, interval_steps / max(elapsed, 1e-9), lr)
+                        row.update(evaluation)
                         self.logger.log(row)
                         bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
                         sums, counts = {}, {"on": 0, "off": 0}
@@ -278,6 +314,7 @@ class Trainer:
         row: dict[str, float] = {
             "total_timesteps": self.timesteps,
             "iterations": self.iterations,
+            "time_elapsed": round(self.time_elapsed(), 1),
             "fps": round(fps, 1),
             "episodes": self.tracker.episodes,
             "mean_episode_reward": self.tracker.mean_return(),
@@ -285,6 +322,10 @@ class Trainer:
             "lr": lr,
             "off_policy_updates": counts["off"],
             "nonfinite_updates": self.agent.nonfinite_updates,
+            "eval_mean": float("nan"),
+            "eval_std": float("nan"),
+            "eval_episodes": 0,
+            "eval_seconds": 0.0,
         }
         for prefix, count in (("", counts["on"]), ("off_", counts["off"])):
             for name in UPDATE_STATS:
@@ -296,6 +337,8 @@ class Trainer:
     def close(self) -> None:
         self.logger.close()
         self.env.close()
+        if self.eval_env is not None:
+            self.eval_env.close()
 
 
 def _accumulate(sums: dict, stats: dict, prefix: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import signal
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -83,7 +84,11 @@ def env_info(env_id: str) -> EnvInfo:
     """Inspect ``env_id`` once (builds and closes one env) and check that ACER can run it."""
     spec = resolve_spec(env_id)
     atari = spec.entry_point == ATARI_ENTRY_POINT
-    env = gym.make(env_id)
+    try:
+        env = gym.make(env_id)
+    except (gym.error.Error, ImportError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"cannot build {env_id}: {first_line}") from None
     try:
         action_space = env.action_space
         observation_space = env.observation_space
@@ -137,6 +142,13 @@ def make_gym_env(env_id: str, render_mode: str | None = None, noop_max: int = NO
     return env
 
 
+def _worker_env(env_id: str, render_mode: str | None, noop_max: int) -> gym.Env:
+    """Runs inside each ``subproc`` worker. A Ctrl-C reaches the whole process group; the workers
+    ignore it so that the trainer can finish its update, checkpoint and close them in order."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return make_gym_env(env_id, render_mode, noop_max)
+
+
 class VecEnv:
     """A uniform face over the backends.
 
@@ -175,11 +187,12 @@ class VecEnv:
                 use_fire_reset=True,
             )
         elif backend in ("subproc", "sync"):
-            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max) for _ in range(num_envs)]
             same_step = gym.vector.AutoresetMode.SAME_STEP
             if backend == "subproc":
+                fns = [lambda: _worker_env(info.env_id, render_mode, noop_max)] * num_envs
                 self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step)
             else:
+                fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max)] * num_envs
                 self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")

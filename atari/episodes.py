@@ -31,6 +31,7 @@ class EpisodeTracker:
         self.recent_returns: deque[float] = deque(maxlen=history)
         self.recent_lengths: deque[int] = deque(maxlen=history)
         self.episodes = 0
+        self.finished: list[tuple[int, float]] = []  # (env, raw return) of games ended by the last step
 
     def reset(self, lives: np.ndarray) -> None:
         self.lives = np.asarray(lives, dtype=np.int64).copy()
@@ -46,6 +47,7 @@ class EpisodeTracker:
         game_over = np.logical_or(terminated, truncated)
         self.running_return += raw_rewards
         self.running_length += 1
+        self.finished = [(int(i), float(self.running_return[i])) for i in np.flatnonzero(game_over)]
         for i in np.flatnonzero(game_over):
             self.recent_returns.append(float(self.running_return[i]))
             self.recent_lengths.append(int(self.running_length[i]))

@@ -4,8 +4,10 @@ import csv
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -224,3 +226,28 @@ def test_resume_restores_models_optimizer_counters_and_rngs(pong_run):
         assert torch.equal(again["rng"]["numpy"][1], payload["rng"]["numpy"][1])
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, signum):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc", "--num-envs", "2",
+         "--total-timesteps", "10000000", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((run_dir / "progress.csv").exists() and read_progress(run_dir)):
+            time.sleep(0.2)
+        sent = time.time()
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert time.time() - sent < 15
+    assert f"{signal.Signals(signum).name} received" in stdout and "Traceback" not in stderr
+    payload = load_checkpoint(run_dir)
+    assert payload["counters"]["timesteps"] > 0
+    assert int(read_progress(run_dir)[-1]["total_timesteps"]) <= payload["counters"]["timesteps"]

@@ -1,0 +1,275 @@
+"""Plot learning curves: ``python plot.py RUN_DIR [RUN_DIR ...] --out curves.png --x frames --smooth 5``.
+
+Runs of one env whose configs differ only in ``seed``, ``total_timesteps`` or ``device`` form a group,
+drawn as the seed mean with a min-max band, eval means as markers, one panel per env, and a dashed
+line at ACER's published score (:mod:`acer_sync.scores`). One summary line per group is printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from acer_sync.cli import OneLineParser
+from acer_sync.errors import UserError, run_cli
+from acer_sync.scores import game_name, human_normalized, published_acer
+
+IGNORED_FOR_GROUPING = ("seed", "total_timesteps", "device")
+REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
+USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean")
+PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"
+FRAMES_PER_ATARI_STEP = 4
+X_LABELS = {"steps": "environment steps", "frames": "frames (4 per step on Atari)", "hours": "wall time (hours)"}
+PANEL_INCHES = (8.0, 5.0)
+DPI = 100
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory: its env id, its config, and the progress.csv columns the plot uses."""
+
+    path: Path
+    env: str
+    config: dict
+    columns: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Runs of one env whose configs agree on everything but :data:`IGNORED_FOR_GROUPING`."""
+
+    env: str
+    settings: dict
+    runs: tuple[Run, ...]
+
+
+def parse_args(argv: list[str]):
+    parser = OneLineParser(prog="plot.py", description="Plot learning curves of one or more runs, seeds averaged.")
+    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (config.json and progress.csv)")
+    parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG file to write (default: curves.png)")
+    parser.add_argument("--x", choices=tuple(X_LABELS), default="steps", help="x axis (default: steps)")
+    parser.add_argument("--smooth", type=int, default=1, metavar="N", help="trailing moving average over N logged points (default: 1, none)")
+    return parser.parse_args(argv)
+
+
+def parse_number(text: str) -> float:
+    """A CSV cell as a float; an empty cell is NaN."""
+    return float(text) if text.strip() else math.nan
+
+
+def read_progress(csv_path: Path) -> dict[str, np.ndarray]:
+    """The columns of ``progress.csv`` that the plot uses; cells missing from a short row are NaN."""
+    try:
+        with open(csv_path, newline="") as handle:
+            header, *rows = [row for row in csv.reader(handle) if row] or [[]]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise UserError(f"cannot read {csv_path}: {getattr(error, 'strerror', None) or error}") from None
+    if not rows:
+        raise UserError(f"{csv_path} has no rows yet")
+    missing = [name for name in REQUIRED_COLUMNS if name not in header]
+    if missing:
+        raise UserError(f"{csv_path} has no {', '.join(missing)} column")
+    columns = {}
+    for name in (name for name in USED_COLUMNS if name in header):
+        index = header.index(name)
+        try:
+            columns[name] = np.array([parse_number(row[index]) if index < len(row) else math.nan for row in rows])
+        except ValueError:
+            raise UserError(f"{csv_path}: column {name} holds a value that is not a number") from None
+    return columns
+
+
+def read_config(config_path: Path) -> dict:
+    """The ``config`` object of ``config.json``, which must name the env."""
+    try:
+        payload = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{config_path.parent} has no config.json") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read {config_path}: {getattr(error, 'strerror', None) or error}") from None
+    config = payload.get("config") if isinstance(payload, dict) else None
+    if not isinstance(config, dict) or not isinstance(config.get("env"), str):
+        raise UserError(f"{config_path} has no config with an env id")
+    return config
+
+
+def load_run(path: Path) -> Run:
+    """Read one run directory, with a one-line :class:`UserError` for anything missing or unreadable."""
+    if not path.is_dir():
+        raise UserError(f"{path} is not a directory" if path.exists() else f"{path}: no such run directory")
+    if not (path / "progress.csv").is_file():
+        raise UserError(f"{path} has no progress.csv (is it a run directory?)")
+    columns = read_progress(path / "progress.csv")
+    config = read_config(path / "config.json")
+    return Run(path, config["env"], config, columns)
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING`; first-seen order."""
+    groups: dict[str, Group] = {}
+    for run in runs:
+        settings = {key: value for key, value in run.config.items() if key not in (*IGNORED_FOR_GROUPING, "env")}
+        key = json.dumps([run.env, settings], sort_keys=True, default=str)
+        previous = groups.get(key)
+        groups[key] = Group(run.env, settings, (previous.runs if previous else ()) + (run,))
+    return list(groups.values())
+
+
+def distinguishing_text(group: Group, groups: list[Group]) -> str:
+    """``key=value`` for each config key on which ``group`` differs from another group of its env."""
+    rivals = [other.settings for other in groups if other.env == group.env]
+    keys = sorted({key for other in rivals for key in {*other, *group.settings} if other.get(key) != group.settings.get(key)})
+    return " ".join(f"{key}={format_value(group.settings.get(key))}" for key in keys)
+
+
+def format_value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def seeds_text(group: Group) -> str:
+    return f"({len(group.runs)} seed{'' if len(group.runs) == 1 else 's'})"
+
+
+def is_atari_id(env_id: str) -> bool:
+    """Whether ``env_id`` is an Atari game (4 frames per agent step)."""
+    return "NoFrameskip" in env_id or env_id.startswith("ALE/") or game_name(env_id) is not None
+
+
+def x_values(run: Run, axis: str) -> np.ndarray:
+    """The x coordinate of each logged row: steps, frames (x4 on Atari) or wall-clock hours."""
+    if axis == "hours":
+        return run.columns["time_elapsed"] / 3600
+    steps = run.columns["total_timesteps"]
+    return steps * FRAMES_PER_ATARI_STEP if axis == "frames" and is_atari_id(run.env) else steps
+
+
+def eval_means(run: Run) -> np.ndarray:
+    """The eval_mean column, all NaN when the run never evaluated."""
+    return run.columns.get("eval_mean", np.full(len(run.columns["total_timesteps"]), math.nan))
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last ``window`` points, skipping NaNs; NaN where the window has no number."""
+    finite = np.isfinite(values)
+    sums = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(finite)])
+    end = np.arange(1, len(values) + 1)
+    start = np.maximum(end - window, 0)
+    in_window = counts[end] - counts[start]
+    return np.where(in_window > 0, (sums[end] - sums[start]) / np.maximum(in_window, 1), math.nan)
+
+
+def seed_band(group: Group, axis: str, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """x grid, mean, min and max across seeds of the smoothed training curve, on the x range all seeds cover."""
+    curves = []
+    for run in group.runs:
+        x, y = x_values(run, axis), smooth(run.columns["mean_episode_reward"], window)
+        keep = np.isfinite(x) & np.isfinite(y)
+        order = np.argsort(x[keep], kind="stable")
+        if order.size:
+            curves.append((x[keep][order], y[keep][order]))
+    if not curves:
+        return None
+    start, end = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    grid = np.unique(np.concatenate([x for x, _ in curves]))
+    grid = grid[(grid >= start) & (grid <= end)]
+    if grid.size == 0:
+        return None
+    values = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def last_finite(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else math.nan
+
+
+def summary_line(group: Group, text: str) -> str:
+    """Final 100-episode mean (mean over seeds), best eval mean, steps and wall time (longest seed)."""
+    finals = np.array([last_finite(run.columns["mean_episode_reward"]) for run in group.runs])
+    finals = finals[np.isfinite(finals)]
+    final = float(np.mean(finals)) if finals.size else math.nan
+    evals = np.concatenate([eval_means(run) for run in group.runs])
+    best_eval = float(np.max(evals[np.isfinite(evals)])) if np.isfinite(evals).any() else math.nan
+    steps = max(int(np.nanmax(run.columns["total_timesteps"])) for run in group.runs)
+    hours = [last_finite(run.columns["time_elapsed"]) / 3600 for run in group.runs if "time_elapsed" in run.columns]
+    parts = [
+        f"final 100-episode mean {final:.2f}" if finals.size else "final 100-episode mean n/a",
+        f"best eval {best_eval:.2f}" if math.isfinite(best_eval) else "best eval n/a",
+        f"steps {steps:,}",
+        f"wall {max(hours):.2f} h" if hours and math.isfinite(max(hours)) else "wall n/a",
+    ]
+    if is_atari_id(group.env):
+        normalized = human_normalized(group.env, final) if finals.size else None
+        parts.append(f"human-normalized {normalized:.3f}" if normalized is not None else "human-normalized n/a")
+    return f"{' '.join(filter(None, (group.env, text, seeds_text(group))))}: {', '.join(parts)}"
+
+
+def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Path) -> None:
+    """One panel per env: seed-mean curves with min-max bands, eval markers, the published ACER line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(dict.fromkeys(group.env for group in groups))
+    ncols = min(len(envs), 2)
+    nrows = math.ceil(len(envs) / ncols)
+    figure, axes = plt.subplots(nrows, ncols, figsize=(PANEL_INCHES[0] * ncols, PANEL_INCHES[1] * nrows), dpi=DPI, squeeze=False)
+    for unused in axes.flat[len(envs):]:
+        unused.set_visible(False)
+    panels = dict(zip(envs, axes.flat))
+    for index, (group, text) in enumerate(zip(groups, texts)):
+        panel, color, label = panels[group.env], f"C{index % 10}", f"{text or group.env} {seeds_text(group)}"
+        band = seed_band(group, axis, window)
+        if band is not None:
+            grid, mean, low, high = band
+            panel.plot(grid, mean, color=color, label=label)
+            panel.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
+        eval_x = np.concatenate([x_values(run, axis)[np.isfinite(eval_means(run))] for run in group.runs])
+        eval_y = np.concatenate([eval_means(run)[np.isfinite(eval_means(run))] for run in group.runs])
+        if eval_y.size:
+            panel.plot(eval_x, eval_y, "o", color=color, markersize=4, label=f"{label} eval")
+    for env, panel in panels.items():
+        published = published_acer(env)
+        if published is not None:
+            panel.axhline(published, color="gray", linestyle="--", linewidth=1, label=PUBLISHED_LABEL)
+        panel.set(title=env, xlabel=X_LABELS[axis], ylabel="episode return (train: mean of last 100)")
+        panel.grid(alpha=0.3)
+        panel.legend(fontsize="small")
+    figure.tight_layout()
+    try:
+        figure.savefig(out, format="png")
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot write {out}: {getattr(error, 'strerror', None) or error}") from None
+    finally:
+        plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.smooth < 1:
+        raise UserError("--smooth must be >= 1")
+    if not args.out.parent.is_dir():
+        raise UserError(f"cannot write {args.out}: folder {args.out.parent} does not exist")
+    runs = [load_run(path) for path in args.run_dirs]
+    untimed = [run for run in runs if "time_elapsed" not in run.columns]
+    if args.x == "hours" and untimed:
+        raise UserError(f"{untimed[0].path}/progress.csv has no time_elapsed column, so --x hours cannot place it; use --x steps")
+    groups = group_runs(runs)
+    texts = [distinguishing_text(group, groups) for group in groups]
+    draw(groups, texts, args.x, args.smooth, args.out)
+    for group, text in zip(groups, texts):
+        print(summary_line(group, text))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "plot.py")

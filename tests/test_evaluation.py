@@ -1,0 +1,60 @@
+"""Evaluation plays a fixed number of full games, with each env playing its share, and is logged."""
+
+import csv
+
+import numpy as np
+import torch
+
+from acer_sync.config import build_config
+from acer_sync.evaluation import evaluate
+from acer_sync.learn import Trainer
+from acer_sync.networks import ActorCritic
+from atari.envs import VecEnv, env_info
+
+
+class CountingEnv:
+    """Wraps a VecEnv and counts the games each env finishes."""
+
+    def __init__(self, env: VecEnv):
+        self.env, self.info, self.num_envs = env, env.info, env.num_envs
+        self.finished = np.zeros(env.num_envs, dtype=int)
+
+    def reset(self, seed=None):
+        return self.env.reset(seed=seed)
+
+    def step(self, actions):
+        out = self.env.step(actions)
+        self.finished += out[2] | out[3]
+        return out
+
+
+def test_evaluate_plays_exactly_the_requested_games():
+    info = env_info("CartPole-v1")
+    env = CountingEnv(VecEnv(info, 3, "sync"))
+    model = ActorCritic(info.obs_shape, info.n_actions, "mlp", (8,))
+    scores = evaluate(model, env, 5, torch.device("cpu"), seed=0, generator=torch.Generator().manual_seed(0))
+    env.env.close()
+    assert len(scores) == 5 and all(score >= 1 for score in scores)  # CartPole pays 1 per step
+    assert env.finished.min() >= 1  # every env played its share: 2, 2 and 1 games
+    again = evaluate(model, VecEnv(info, 3, "sync"), 5, torch.device("cpu"), seed=0, generator=torch.Generator().manual_seed(0))
+    assert again == scores  # seeded evaluation is reproducible
+
+
+def test_greedy_evaluation_is_deterministic_given_the_seed():
+    info = env_info("CartPole-v1")
+    model = ActorCritic(info.obs_shape, info.n_actions, "mlp", (8,))
+    runs = [evaluate(model, VecEnv(info, 2, "sync"), 2, torch.device("cpu"), greedy=True, seed=3) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_training_logs_evaluations(tmp_path):
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", total_timesteps=4_000,
+                                      eval_every=1_500, eval_episodes=4, log_interval=100))
+    Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
+    with open(tmp_path / "progress.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    evaluated = [row for row in rows if int(row["eval_episodes"]) > 0]
+    assert [int(row["total_timesteps"]) for row in evaluated] == [1600, 3040]  # the first iterations past 1500 and 3000
+    assert all(int(row["eval_episodes"]) == 4 and float(row["eval_mean"]) > 0 for row in evaluated)
+    assert all(float(row["eval_seconds"]) >= 0 for row in evaluated)
+    assert float(rows[-1]["time_elapsed"]) > 0

@@ -1,0 +1,199 @@
+"""plot.py and acer_sync.scores: the curves PNG, seed grouping, reference scores, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+import plot
+from acer_sync.errors import UserError
+from acer_sync.scores import game_name, human_normalized, published_acer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+STEPS_PER_ROW = 32_000
+
+
+def write_run(run_dir: Path, env: str = "PongNoFrameskip-v4", seed: int = 0, lr: float = 7e-4,
+              rows: int = 30, timed: bool = True, evaluated: bool = True, **extra_config) -> Path:
+    """A synthetic run directory: reward = -20 + row/2 + seed (NaN in the first row), eval every 10th row."""
+    run_dir.mkdir(parents=True)
+    config = {"env": env, "seed": seed, "total_timesteps": 10_000_000, "device": "cpu", "lr": lr, "nsteps": 20, **extra_config}
+    payload = {"config": config, "versions": {"python": "3.11"}, "git_commit": "0" * 40, "command": ["train.py", "--env", env]}
+    (run_dir / "config.json").write_text(json.dumps(payload))
+    header = ["total_timesteps", "fps"] + (["time_elapsed"] if timed else []) + ["mean_episode_reward"]
+    header += ["eval_mean", "eval_std", "eval_episodes"] if evaluated else []
+    lines = [",".join(header)]
+    for row in range(rows):
+        cells = [str((row + 1) * STEPS_PER_ROW), "500"] + ([str(60.0 * (row + 1))] if timed else [])
+        cells.append("nan" if row == 0 else str(-20 + row / 2 + seed))
+        if evaluated:
+            cells += [str(-10 + row + seed), "1.5", "10"] if row % 10 == 9 else ["", "", ""]
+        lines.append(",".join(cells))
+    (run_dir / "progress.csv").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def pong_runs(tmp_path: Path) -> list[Path]:
+    """Three seeds of one config (one with another device and length), and one run with another lr."""
+    return [
+        write_run(tmp_path / "pong_s0", seed=0),
+        write_run(tmp_path / "pong_s1", seed=1, device="cuda"),
+        write_run(tmp_path / "pong_s2", seed=2, total_timesteps=5_000_000),
+        write_run(tmp_path / "pong_lr", seed=0, lr=1e-3, evaluated=False),
+    ]
+
+
+def test_plot_writes_png_with_one_panel_per_env_and_summary(tmp_path, capsys):
+    run_dirs = pong_runs(tmp_path) + [write_run(tmp_path / "cartpole", env="CartPole-v1", timed=False)]
+    out = tmp_path / "curves.png"
+    assert plot.main([*map(str, run_dirs), "--out", str(out), "--smooth", "3", "--x", "frames"]) == 0
+
+    data = out.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    assert len(data) > 5_000
+    image = matplotlib.image.imread(out)
+    panel_width, panel_height = plot.PANEL_INCHES
+    assert image.shape[:2] == (round(panel_height * plot.DPI), round(2 * panel_width * plot.DPI))
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"wrote {out}"
+    summaries = lines[:-1]
+    assert len(summaries) == 3
+    three_seeds = next(line for line in summaries if "(3 seeds)" in line)
+    assert three_seeds.startswith("PongNoFrameskip-v4 lr=0.0007 (3 seeds):")
+    assert "final 100-episode mean -4.50" in three_seeds  # last rewards -5.5, -4.5, -3.5
+    assert "best eval 21.00" in three_seeds and "steps 960,000" in three_seeds and "wall 0.50 h" in three_seeds
+    assert "human-normalized 0.540" in three_seeds  # (-4.5 + 20.7) / (9.3 + 20.7)
+    assert any(line.startswith("PongNoFrameskip-v4 lr=0.001 (1 seed):") for line in summaries)
+    cartpole = next(line for line in summaries if line.startswith("CartPole-v1 (1 seed)"))
+    assert "wall n/a" in cartpole and "human-normalized" not in cartpole
+
+
+def test_runs_differing_only_in_seed_device_or_length_form_one_group(tmp_path):
+    groups = plot.group_runs([plot.load_run(path) for path in pong_runs(tmp_path)])
+    assert [len(group.runs) for group in groups] == [3, 1]
+    assert [plot.distinguishing_text(group, groups) for group in groups] == ["lr=0.0007", "lr=0.001"]
+
+
+def test_a_lone_group_is_labelled_by_its_env(tmp_path):
+    groups = plot.group_runs([plot.load_run(write_run(tmp_path / "run"))])
+    assert plot.distinguishing_text(groups[0], groups) == ""
+    assert plot.summary_line(groups[0], "").startswith("PongNoFrameskip-v4 (1 seed):")
+
+
+def test_seed_band_is_mean_min_and_max_across_seeds(tmp_path):
+    runs = [plot.load_run(write_run(tmp_path / f"s{seed}", seed=seed)) for seed in (0, 1, 2)]
+    grid, mean, low, high = plot.seed_band(plot.group_runs(runs)[0], "steps", 1)
+    base = -20 + np.arange(1, 30) / 2
+    np.testing.assert_array_equal(grid, np.arange(2, 31) * STEPS_PER_ROW)
+    np.testing.assert_allclose(mean, base + 1)
+    np.testing.assert_allclose(low, base)
+    np.testing.assert_allclose(high, base + 2)
+
+
+def test_x_axis_frames_count_four_per_atari_step_and_hours_use_time_elapsed(tmp_path):
+    pong = plot.load_run(write_run(tmp_path / "pong", rows=3))
+    cartpole = plot.load_run(write_run(tmp_path / "cartpole", env="CartPole-v1", rows=3))
+    np.testing.assert_array_equal(plot.x_values(pong, "frames"), [128_000, 256_000, 384_000])
+    np.testing.assert_array_equal(plot.x_values(cartpole, "frames"), [32_000, 64_000, 96_000])
+    np.testing.assert_allclose(plot.x_values(pong, "hours"), [1 / 60, 2 / 60, 3 / 60])
+
+
+def test_smooth_is_a_trailing_mean_that_skips_nan():
+    smoothed = plot.smooth(np.array([math.nan, 1.0, 2.0, 3.0, 4.0]), 2)
+    np.testing.assert_array_equal(smoothed, [math.nan, 1.0, 1.5, 2.5, 3.5])
+    np.testing.assert_array_equal(plot.smooth(np.array([1.0, 5.0]), 1), [1.0, 5.0])
+
+
+def test_hours_axis_without_time_elapsed_is_a_user_error(tmp_path):
+    run_dir = write_run(tmp_path / "untimed", timed=False)
+    with pytest.raises(UserError, match="no time_elapsed column"):
+        plot.main([str(run_dir), "--out", str(tmp_path / "c.png"), "--x", "hours"])
+
+
+@pytest.mark.parametrize(
+    "env_id, game",
+    [
+        ("PongNoFrameskip-v4", "Pong"),
+        ("ALE/Pong-v5", "Pong"),
+        ("BreakoutDeterministic-v4", "Breakout"),
+        ("SpaceInvadersNoFrameskip-v4", "SpaceInvaders"),
+        ("ALE/MsPacman-v5", "MsPacman"),
+        ("CartPole-v1", None),
+        ("LunarLander-v3", None),
+    ],
+)
+def test_game_name(env_id, game):
+    assert game_name(env_id) == game
+
+
+def test_published_acer_scores_of_ppo_paper_table_6():
+    assert published_acer("PongNoFrameskip-v4") == 20.7
+    assert published_acer("BreakoutNoFrameskip-v4") == 456.4
+    assert published_acer("ALE/Qbert-v5") == 15316.6
+    assert published_acer("EnduroNoFrameskip-v4") == 0.0
+    assert published_acer("CartPole-v1") is None
+
+
+def test_human_normalized_scores():
+    assert human_normalized("PongNoFrameskip-v4", 9.3) == 1.0
+    assert human_normalized("PongNoFrameskip-v4", -20.7) == 0.0
+    assert human_normalized("BreakoutNoFrameskip-v4", 31.8) == 1.0
+    assert human_normalized("BreakoutNoFrameskip-v4", 16.75) == pytest.approx(0.5, abs=1e-12)  # 15.05 / 30.1
+    assert human_normalized("SeaquestNoFrameskip-v4", 10125.2) == pytest.approx(0.5, abs=1e-12)  # 10056.8 / 20113.6
+    assert human_normalized("CartPole-v1", 500.0) is None
+
+
+def test_score_file_cites_its_sources():
+    data = json.loads((files("acer_sync") / "data" / "atari_scores.json").read_text())
+    assert {"acer_published", "random", "human"} <= set(data["sources"])
+    assert "1707.06347" in data["sources"]["acer_published"] and "nature14236" in data["sources"]["human"]
+
+
+def _empty_progress(tmp_path: Path) -> Path:
+    run_dir = write_run(tmp_path / "empty")
+    (run_dir / "progress.csv").write_text("")
+    return run_dir
+
+
+def _header_only_progress(tmp_path: Path) -> Path:
+    run_dir = write_run(tmp_path / "header_only")
+    (run_dir / "progress.csv").write_text("total_timesteps,mean_episode_reward\n")
+    return run_dir
+
+
+def _no_progress(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "no_progress"
+    run_dir.mkdir()
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "make_run_dir, message",
+    [
+        (lambda tmp_path: tmp_path / "missing", "no such run directory"),
+        (_no_progress, "has no progress.csv"),
+        (_empty_progress, "has no rows yet"),
+        (_header_only_progress, "has no rows yet"),
+    ],
+)
+def test_bad_run_dir_is_one_line_error_with_exit_code_2(tmp_path, make_run_dir, message):
+    run_dir = make_run_dir(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "plot.py", str(run_dir), "--out", str(tmp_path / "c.png")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("plot.py: error: ")
+    assert message in result.stderr
+    assert not (tmp_path / "c.png").exists()
