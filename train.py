@@ -34,7 +34,13 @@ def default_run_dir(config: Config) -> Path:
     return Path("runs") / f"{name}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def refuse_traversal(path: Path, flag: str) -> None:
+    if ".." in path.parts:
+        raise UserError(f"{flag} {path} contains '..'; give the run directory without parent references")
+
+
 def prepare_run_dir(run_dir: Path) -> Path:
+    refuse_traversal(run_dir, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} exists and is not a directory")
     if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
@@ -50,6 +56,7 @@ def prepare_run_dir(run_dir: Path) -> Path:
 
 
 def resumed_config(run_dir: Path, overrides: dict) -> tuple[Config, dict]:
+    refuse_traversal(run_dir, "--resume")
     if not run_dir.is_dir():
         raise UserError(f"--resume {run_dir}: no such run directory")
     payload = load_checkpoint(run_dir)

@@ -77,6 +77,7 @@ class ACER:
         self.average_model.requires_grad_(False)
         self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.nonfinite_updates = 0
+        self.nonfinite_streak = 0  # non-finite updates in a row
 
     def update(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
         """One gradient step on ``batch`` at learning rate ``lr``; returns detached statistics.
@@ -131,8 +132,10 @@ class ACER:
                 group["lr"] = lr
             self.optimizer.step()
             polyak_update(self.average_model, self.model, cfg.alpha)
+            self.nonfinite_streak = 0
         else:
             self.nonfinite_updates += 1
+            self.nonfinite_streak += 1
 
         with torch.no_grad():
             k_dot_g = (k * g).sum(-1)

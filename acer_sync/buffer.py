@@ -185,6 +185,31 @@ class ReplayBuffer:
         index = ((self.steps_written - self.nsteps) // self.nsteps) % self.nsegments
         return self._gather(np.full(self.num_envs, index))
 
+    _STATE_ARRAYS = ("frames", "firsts", "actions", "mu", "rewards", "dones", "segment_start")
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Everything needed to restore the buffer, as plain arrays (for ``np.savez``)."""
+        arrays = {name: getattr(self, name) for name in self._STATE_ARRAYS}
+        arrays["counters"] = np.array([self.steps_written, self.segments_stored], dtype=np.int64)
+        return arrays
+
+    def load_state(self, arrays) -> None:
+        """Restore from :meth:`state`'s arrays, after a restart of the envs.
+
+        The newest stored segment's last step is marked done: the restart cut its episode, and
+        the next segment's first frame (a fresh reset) takes the slot of its bootstrap frame.
+        Raises ValueError when the arrays do not fit this buffer's shapes.
+        """
+        for name in self._STATE_ARRAYS:
+            if arrays[name].shape != getattr(self, name).shape or arrays[name].dtype != getattr(self, name).dtype:
+                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {getattr(self, name).shape}")
+        for name in self._STATE_ARRAYS:
+            getattr(self, name)[...] = arrays[name]
+        self.steps_written, self.segments_stored = (int(v) for v in arrays["counters"])
+        if self.segments_stored:
+            last_step = (self.steps_written - 1) % self.step_capacity
+            self.dones[last_step] = True
+
     def sample(self, rng: np.random.Generator) -> Sample:
         """One uniformly chosen stored segment per env, as Baselines samples."""
         if self.segments_stored == 0:

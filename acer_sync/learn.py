@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from tqdm import tqdm
 
 from acer_sync.agent import ACER, UPDATE_STATS, to_batch
 from acer_sync.buffer import ReplayBuffer
-from acer_sync.checkpoint import LATEST, save_checkpoint
+from acer_sync.checkpoint import LATEST, atomic_write, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
 from acer_sync.errors import UserError
 from acer_sync.evaluation import evaluate
@@ -25,11 +27,17 @@ from acer_sync.logger import Logger
 from acer_sync.networks import ActorCritic
 from acer_sync.runner import Runner
 from acer_sync.schedules import learning_rate
-from atari.envs import EnvInfo, VecEnv, default_backend
+from atari.envs import EnvInfo, EnvWorkerDied, VecEnv, default_backend
 from atari.episodes import EpisodeTracker
 
-#: Exit code after a clean shutdown on SIGINT or SIGTERM: the checkpoint is written, logs flushed.
+#: Exit code when an env worker process died; a checkpoint was written first.
+EXIT_ENV_DIED = 3
+#: Exit code after ``max_nonfinite`` non-finite updates in a row; the last good checkpoint is kept.
+EXIT_NONFINITE = 4
+#: Exit code after SIGINT or SIGTERM: the checkpoint is written and the logs flushed (a second
+#: SIGINT exits at once, keeping the previous checkpoint).
 EXIT_INTERRUPTED = 130
+BUFFER_FILE = "buffer.npz"
 #: Config fields that may differ between a run and its resume.
 RESUMABLE_CHANGES = ("total_timesteps", "device")
 
@@ -66,6 +74,15 @@ def check_buffer_fits(config: Config, info: EnvInfo) -> int:
             f"available; lower --buffer-size (now {config.buffer_size} steps per env) or --num-envs"
         )
     return needed
+
+
+def resident_memory_mb() -> float:
+    """This process's resident memory (RSS) in MB, from /proc/self/statm (NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def package_versions() -> dict[str, str]:
@@ -160,10 +177,11 @@ class Trainer:
         per_transition = buffer_bytes / (config.num_envs * self.buffer.step_capacity)
         print(
             f"replay buffer: {config.num_envs} envs x {self.buffer.step_capacity} steps = "
-            f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
-            + ("; it starts empty on resume" if resume is not None else ""),
+            f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)",
             flush=True,
         )
+        if resume is not None:
+            print(f"resuming at step {self.timesteps}: {self._load_buffer()}", flush=True)
         self.env = VecEnv(info, config.num_envs, config.vec_env or default_backend(info))
         self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker)
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
@@ -243,72 +261,113 @@ class Trainer:
         }
 
     def save(self, periodic: bool) -> None:
+        """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if asked."""
         payload = self.checkpoint_payload()
         directory = self.run_dir / "checkpoints"
         save_checkpoint(directory / LATEST, payload)
         if periodic:
             save_checkpoint(directory / f"step_{self.timesteps:010d}.pt", payload)
+            periodic_files = sorted(directory.glob("step_*.pt"))
+            for old in periodic_files[: max(0, len(periodic_files) - self.config.keep_checkpoints)]:
+                old.unlink()
+        if self.config.save_buffer:
+            try:
+                atomic_write(directory / BUFFER_FILE, lambda handle: np.savez(handle, **self.buffer.state()))
+            except OSError as error:
+                raise UserError(f"cannot write the replay buffer to {directory / BUFFER_FILE}: {error.strerror or error}") from None
+
+    def _load_buffer(self) -> str:
+        """Restore the buffer saved beside the checkpoint, if any; says what happened."""
+        path = self.run_dir / "checkpoints" / BUFFER_FILE
+        if not path.exists():
+            return "no saved replay buffer, so it starts empty on resume"
+        try:
+            with np.load(path, allow_pickle=False) as arrays:
+                self.buffer.load_state(arrays)
+        except (OSError, ValueError, KeyError, EOFError) as error:
+            raise UserError(f"cannot restore the replay buffer from {path}: {error}") from None
+        return f"replay resumes with the saved buffer ({self.buffer.num_steps_stored} steps per env)"
 
     def train(self) -> int:
-        """Run until ``total_timesteps``; returns the process exit code."""
+        """Run until ``total_timesteps``; returns the process exit code (see the EXIT_* constants)."""
         cfg = self.config
-        steps_per_iteration = cfg.num_envs * cfg.nsteps
-        next_checkpoint = (self.timesteps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
-        next_eval = (self.timesteps // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else 0
-        sums: dict[str, torch.Tensor] = {}
-        counts = {"on": 0, "off": 0}
-        interval_start, interval_steps = time.perf_counter(), 0
+        self.next_checkpoint = (self.timesteps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
+        self.next_eval = (self.timesteps // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else 0
+        self._reset_interval()
         bar = tqdm(total=cfg.total_timesteps, initial=self.timesteps, unit="step", disable=not self.progress_bar, dynamic_ncols=True)
-        exit_code = 0
         with GracefulStop() as stop:
             try:
                 while self.timesteps < cfg.total_timesteps and stop.signal_name is None:
-                    segment = self.runner.run()
-                    self.buffer.put(segment)
-                    lr = learning_rate(cfg.lr_schedule, cfg.lr, self.timesteps, cfg.total_timesteps)
-                    self.timesteps += steps_per_iteration
-                    self.iterations += 1
-                    interval_steps += steps_per_iteration
-
-                    stats = self.agent.update(to_batch(self.buffer.latest(), self.info.stack, self.device), lr)
-                    _accumulate(sums, stats, "")
-                    counts["on"] += 1
-                    self.updates += 1
-                    if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
-                        for _ in range(self.sampler.poisson(cfg.replay_ratio)):
-                            batch = to_batch(self.buffer.sample(self.sampler), self.info.stack, self.device)
-                            _accumulate(sums, self.agent.update(batch, lr), "off_")
-                            counts["off"] += 1
-                            self.updates += 1
-                    bar.update(steps_per_iteration)
-
-                    evaluation = {}
-                    if cfg.eval_every and self.timesteps >= next_eval:
-                        paused = time.perf_counter()
-                        evaluation = self.evaluate()
-                        interval_start += time.perf_counter() - paused  # fps counts training only
-                        next_eval += cfg.eval_every
-                    if evaluation or self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
-                        elapsed = time.perf_counter() - interval_start
-                        row = self._progress_row(sums, counts, interval_steps / max(elapsed, 1e-9), lr)
-                        row.update(evaluation)
-                        self.logger.log(row)
-                        bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
-                        sums, counts = {}, {"on": 0, "off": 0}
-                        interval_start, interval_steps = time.perf_counter(), 0
-                    if self.timesteps >= next_checkpoint:
-                        self.save(periodic=True)
-                        next_checkpoint += cfg.checkpoint_every
+                    self._iteration(bar)
+                    if self.agent.nonfinite_streak >= cfg.max_nonfinite:
+                        return self._abort(
+                            f"{self.agent.nonfinite_streak} non-finite updates in a row at step {self.timesteps}; "
+                            "stopping and keeping the last good checkpoint", EXIT_NONFINITE, save=False,
+                        )
             except KeyboardInterrupt:
-                stop.signal_name = stop.signal_name or "SIGINT"
+                return self._abort("second SIGINT: exiting at once; the previous checkpoint is kept", EXIT_INTERRUPTED, save=False)
+            except EnvWorkerDied as error:
+                return self._abort(f"{error}; saving a checkpoint at step {self.timesteps} and exiting", EXIT_ENV_DIED, save=True)
             finally:
                 bar.close()
+            exit_code = 0
             if stop.signal_name is not None:
                 print(f"{stop.signal_name} received: saving a checkpoint at step {self.timesteps} and exiting", flush=True)
                 exit_code = EXIT_INTERRUPTED
             self.save(periodic=False)
             self.close()
         return exit_code
+
+    def _abort(self, message: str, exit_code: int, save: bool) -> int:
+        print(f"train.py: error: {message}", file=sys.stderr, flush=True)
+        if save:
+            self.save(periodic=False)
+        self.close()
+        return exit_code
+
+    def _reset_interval(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts = {"on": 0, "off": 0}
+        self.interval_start, self.interval_steps = time.perf_counter(), 0
+
+    def _iteration(self, bar: tqdm) -> None:
+        """Act for one segment, then one on-policy and Poisson(replay_ratio) off-policy updates."""
+        cfg = self.config
+        steps = cfg.num_envs * cfg.nsteps
+        self.buffer.put(self.runner.run())
+        lr = learning_rate(cfg.lr_schedule, cfg.lr, self.timesteps, cfg.total_timesteps)
+        self.timesteps += steps
+        self.iterations += 1
+        self.interval_steps += steps
+
+        _accumulate(self.sums, self.agent.update(to_batch(self.buffer.latest(), self.info.stack, self.device), lr), "")
+        self.counts["on"] += 1
+        self.updates += 1
+        if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
+            for _ in range(self.sampler.poisson(cfg.replay_ratio)):
+                batch = to_batch(self.buffer.sample(self.sampler), self.info.stack, self.device)
+                _accumulate(self.sums, self.agent.update(batch, lr), "off_")
+                self.counts["off"] += 1
+                self.updates += 1
+        bar.update(steps)
+
+        evaluation = {}
+        if cfg.eval_every and self.timesteps >= self.next_eval:
+            paused = time.perf_counter()
+            evaluation = self.evaluate()
+            self.interval_start += time.perf_counter() - paused  # fps counts training only
+            self.next_eval += cfg.eval_every
+        if evaluation or self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+            elapsed = time.perf_counter() - self.interval_start
+            row = self._progress_row(self.sums, self.counts, self.interval_steps / max(elapsed, 1e-9), lr)
+            row.update(evaluation)
+            self.logger.log(row)
+            bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
+            self._reset_interval()
+        if self.timesteps >= self.next_checkpoint and self.agent.nonfinite_streak == 0:
+            # While updates are non-finite no checkpoint is written: the last good one stays.
+            self.save(periodic=True)
+            self.next_checkpoint += cfg.checkpoint_every
 
     def _progress_row(self, sums: dict, counts: dict, fps: float, lr: float) -> dict:
         row: dict[str, float] = {
@@ -322,6 +381,7 @@ class Trainer:
             "lr": lr,
             "off_policy_updates": counts["off"],
             "nonfinite_updates": self.agent.nonfinite_updates,
+            "rss_mb": round(resident_memory_mb(), 1),
             "eval_mean": float("nan"),
             "eval_std": float("nan"),
             "eval_episodes": 0,
@@ -356,16 +416,3 @@ def write_config(run_dir: Path, config: Config, argv: list[str]) -> None:
     }
     with open(run_dir / "config.json", "w") as handle:
         json.dump(payload, handle, indent=2, default=str)
-
-
-def read_config(run_dir: Path) -> Config:
-    path = run_dir / "config.json"
-    try:
-        with open(path) as handle:
-            saved = json.load(handle)["config"]
-        return Config(**saved)
-    except FileNotFoundError:
-        raise UserError(f"{run_dir} has no config.json; is it a run directory?") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as error:
-        raise UserError(f"{path} is corrupt ({type(error).__name__}); cannot resume from it") from None
-

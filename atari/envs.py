@@ -20,6 +20,8 @@ from __future__ import annotations
 import difflib
 import os
 import signal
+import time
+import warnings
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -33,6 +35,10 @@ ATARI_FRAME = (84, 84)
 ATARI_STACK = 4
 NOOP_MAX = 30
 FRAME_SKIP = 4
+
+
+class EnvWorkerDied(RuntimeError):
+    """A ``subproc`` worker process ended; the message names the env and how it ended."""
 
 
 def _register_ale() -> None:
@@ -205,13 +211,35 @@ class VecEnv:
     def _lives(self, info: dict) -> np.ndarray:
         return np.asarray(info.get("lives", np.zeros(self.num_envs)), dtype=np.int64)
 
+    def _dead_worker(self) -> EnvWorkerDied:
+        processes = getattr(self.env, "processes", [])
+        deadline = time.monotonic() + 2.0  # the broken pipe can be seen before the exit is reaped
+        while not any(p.exitcode is not None for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dead = [(i, p) for i, p in enumerate(processes) if p.exitcode is not None]
+        if not dead:
+            return EnvWorkerDied("the connection to an env worker broke, but every worker is still running")
+        index, process = dead[0]
+        how = (
+            f"was killed by {signal.Signals(-process.exitcode).name}"
+            if process.exitcode < 0 and -process.exitcode in signal.Signals._value2member_map_
+            else f"exited with code {process.exitcode}"
+        )
+        return EnvWorkerDied(f"env {index} of {self.num_envs} (worker pid {process.pid}) {how}")
+
+    def _call(self, method, *args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except (BrokenPipeError, EOFError, ConnectionResetError):
+            raise self._dead_worker() from None
+
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Reset every env; returns ``(frames, lives)``."""
-        obs, info = self.env.reset(seed=seed)
+        obs, info = self._call(self.env.reset, seed=seed)
         return self._frames(obs), self._lives(info)
 
     def step(self, actions: np.ndarray):
-        obs, rewards, terminated, truncated, info = self.env.step(np.asarray(actions, dtype=np.int64))
+        obs, rewards, terminated, truncated, info = self._call(self.env.step, np.asarray(actions, dtype=np.int64))
         return (
             self._frames(obs),
             np.asarray(rewards, dtype=np.float32),
@@ -225,7 +253,14 @@ class VecEnv:
         return self.env.envs[0].render()
 
     def close(self) -> None:
-        self.env.close()
+        """Close the envs; after a worker died, terminate the rest instead of waiting on them."""
+        processes = getattr(self.env, "processes", [])
+        if any(p.exitcode is not None for p in processes):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # gymnasium warns about the step the dead worker never answered
+                self.env.close(terminate=True)
+        else:
+            self.env.close()
 
 
 def default_backend(info: EnvInfo) -> str:

@@ -1,0 +1,195 @@
+"""Nothing lost: atomic checkpoints under kill -9, pruning, saved buffers, NaN updates, dead workers."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from acer_sync.checkpoint import load_checkpoint
+from acer_sync.config import build_config
+from acer_sync.learn import EXIT_NONFINITE, Trainer
+from atari.envs import env_info
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cartpole_config(**overrides):
+    values = dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, log_interval=5, eval_every=0)
+    values.update(overrides)
+    return build_config(False, values)
+
+
+def read_progress(run_dir: Path) -> list[dict]:
+    with open(run_dir / "progress.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {root!r})
+    from acer_sync.checkpoint import save_checkpoint
+    path = sys.argv[1]
+    for i in range(10**6):
+        save_checkpoint(path, {{"step": i, "weights": torch.full((1_000_000,), float(i))}})
+        print(i, flush=True)
+    """
+)
+
+
+def test_kill_9_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(root=str(ROOT)))
+    path = tmp_path / "latest.pt"
+    rng = np.random.default_rng(0)
+    completed = []
+    for attempt in range(6):
+        process = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
+        assert process.stdout.readline().strip().isdigit()  # at least one save finished
+        time.sleep(rng.uniform(0.0, 0.15))  # land somewhere inside a later save
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        payload = load_checkpoint(path)
+        assert float(payload["weights"][0]) == payload["step"] and float(payload["weights"][-1]) == payload["step"]
+        completed.append(payload["step"])
+    assert len(completed) == 6
+    # Temporary files of interrupted saves may remain; they never replace the checkpoint itself.
+    assert all(p.name.startswith(".latest.pt.") for p in tmp_path.iterdir() if p.name not in ("latest.pt", "writer.py"))
+
+
+def test_periodic_checkpoints_are_pruned_to_keep_checkpoints(tmp_path):
+    config = cartpole_config(total_timesteps=400, checkpoint_every=40, keep_checkpoints=2)
+    assert Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train() == 0
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["latest.pt", "step_0000000360.pt", "step_0000000400.pt"]
+
+
+def test_saved_buffer_is_replayed_after_resume(tmp_path, capsys):
+    config = cartpole_config(total_timesteps=800, buffer_size=200, replay_start=20, save_buffer=True)
+    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    trainer.train()
+    saved = trainer.buffer.state()
+    payload = load_checkpoint(tmp_path)
+    resumed = Trainer(config, env_info("CartPole-v1"), tmp_path, resume=payload, progress_bar=False)
+    try:
+        assert "replay resumes with the saved buffer (200 steps per env)" in capsys.readouterr().out
+        for name in ("frames", "actions", "mu", "rewards"):
+            np.testing.assert_array_equal(resumed.buffer.state()[name], saved[name])
+        last = (resumed.buffer.steps_written - 1) % resumed.buffer.step_capacity
+        assert resumed.buffer.dones[last].all()  # the restart cut the newest segment's episodes
+        assert resumed.buffer.num_steps_stored >= config.replay_start  # replay goes on at once
+    finally:
+        resumed.close()
+
+
+def test_resume_without_saved_buffer_says_it_starts_empty(tmp_path, capsys):
+    config = cartpole_config(total_timesteps=200)
+    Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
+    resumed = Trainer(config, env_info("CartPole-v1"), tmp_path, resume=load_checkpoint(tmp_path), progress_bar=False)
+    resumed.close()
+    assert "no saved replay buffer, so it starts empty on resume" in capsys.readouterr().out
+
+
+class NaNRewardCartPole(gym.Wrapper):
+    """CartPole whose rewards turn NaN after 150 steps of this env instance."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, float("nan") if self.steps > 150 else reward, terminated, truncated, info
+
+
+gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole)
+
+
+def test_nonfinite_updates_are_skipped_counted_and_stop_the_run(tmp_path, capsys):
+    config = cartpole_config(env="NaNRewardCartPole-v0", total_timesteps=5_000, checkpoint_every=40,
+                             replay_ratio=0.0, max_nonfinite=3, log_interval=1)
+    trainer = Trainer(config, env_info("NaNRewardCartPole-v0"), tmp_path, progress_bar=False)
+    good = [p.clone() for p in trainer.model.parameters()]
+    code = trainer.train()
+    assert code == EXIT_NONFINITE
+    assert "3 non-finite updates in a row" in capsys.readouterr().err
+    rows = read_progress(tmp_path)
+    assert int(rows[-1]["nonfinite_updates"]) == 3
+    # NaNs start at each env's step 151, i.e. in iteration 8 (40 steps each); iteration 7 wrote the
+    # last good checkpoint and none was written after it.
+    payload = load_checkpoint(tmp_path)
+    assert payload["counters"]["timesteps"] == 280 and payload["counters"]["nonfinite_updates"] == 0
+    assert all(np.isfinite(t.numpy()).all() for t in payload["model"].values())
+    assert any(not (a == b).all() for a, b in zip(good, trainer.model.parameters()))  # it did learn first
+
+
+def child_pids(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        children += [int(c) for c in text]
+    return children
+
+
+def test_a_killed_env_worker_is_reported_checkpointed_and_exits_nonzero(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc", "--num-envs", "3",
+         "--total-timesteps", "10000000", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((run_dir / "progress.csv").exists() and read_progress(run_dir)):
+            time.sleep(0.2)
+        workers = child_pids(process.pid)
+        assert len(workers) >= 3
+        os.kill(workers[1], signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 3, stderr
+    assert "was killed by SIGKILL" in stderr and "env " in stderr and "Traceback" not in stderr
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--lr", "0"], "--lr must be finite and > 0"),
+        (["--lr", "inf"], "invalid finite number"),
+        (["--gamma", "nan"], "invalid finite number"),
+        (["--c", "nan"], "invalid number"),
+        (["--total-timesteps", "0"], "--total-timesteps must be >= 1"),
+        (["--keep-checkpoints", "-1"], "--keep-checkpoints must be >= 0"),
+        (["--eval-episodes", "0"], "--eval-episodes must be >= 1"),
+        (["--max-grad-norm", "0"], "--max-grad-norm must be > 0"),
+        (["--alpha", "1"], "--alpha must be in [0, 1)"),
+        (["--run-dir", "runs/../../escape"], "contains '..'"),
+        (["--resume", "runs/../x"], "contains '..'"),
+    ],
+)
+def test_hostile_flags_are_refused_in_one_line(args, message):
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", *args],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+def test_corrupt_config_json_is_reported_by_plot(tmp_path):
+    (tmp_path / "config.json").write_text('{"config": {"env": "Pong')
+    (tmp_path / "progress.csv").write_text("total_timesteps,mean_episode_reward\n100,1\n")
+    result = subprocess.run([sys.executable, str(ROOT / "plot.py"), str(tmp_path), "--out", str(tmp_path / "c.png")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "config.json" in result.stderr and "Traceback" not in result.stderr
