@@ -12,6 +12,7 @@ from acer_sync.buffer import Sample, rebuild_stacks
 from acer_sync.config import Config
 from acer_sync.networks import ActorCritic, polyak_update
 from acer_sync.optim import RMSpropTF
+from acer_sync.profiling import PhaseTimer
 
 
 class Batch(NamedTuple):
@@ -64,10 +65,12 @@ class ACER:
 
     :param model: the online actor-critic θ.
     :param config: the run's settings (gamma, c, trust region, coefficients, ...).
+    :param timer: charges the Polyak update to the ``average_update`` phase (bench.py).
     """
 
-    def __init__(self, model: ActorCritic, config: Config):
+    def __init__(self, model: ActorCritic, config: Config, timer: PhaseTimer | None = None):
         self.config = config
+        self.timer = timer or PhaseTimer()
         self.model = model
         spec = model.spec()
         self.average_model = ActorCritic(
@@ -131,7 +134,8 @@ class ACER:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
-            polyak_update(self.average_model, self.model, cfg.alpha)
+            with self.timer("average_update"):
+                polyak_update(self.average_model, self.model, cfg.alpha)
             self.nonfinite_streak = 0
         else:
             self.nonfinite_updates += 1

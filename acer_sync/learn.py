@@ -25,6 +25,7 @@ from acer_sync.errors import UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.networks import ActorCritic
+from acer_sync.profiling import PhaseTimer
 from acer_sync.runner import Runner
 from acer_sync.schedules import learning_rate
 from atari.envs import EnvInfo, EnvWorkerDied, VecEnv, default_backend
@@ -144,14 +145,19 @@ class Trainer:
     :param run_dir: where outputs go; must already exist and be writable.
     :param resume: a loaded checkpoint to continue from, or None.
     :param progress_bar: show a tqdm bar.
+    :param timer: times the phases of each iteration (bench.py); off in training.
     """
 
-    def __init__(self, config: Config, info: EnvInfo, run_dir: Path, resume: dict | None = None, progress_bar: bool = True):
+    def __init__(
+        self, config: Config, info: EnvInfo, run_dir: Path, resume: dict | None = None, progress_bar: bool = True,
+        timer: PhaseTimer | None = None,
+    ):
         self.config = config
         self.info = info
         self.run_dir = run_dir
         self.progress_bar = progress_bar
         self.device = select_device(config.device)
+        self.timer = timer or PhaseTimer(enabled=False, device=self.device)
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -159,7 +165,7 @@ class Trainer:
 
         buffer_bytes = check_buffer_fits(config, info)
         self.model = build_model(info, config).to(self.device)
-        self.agent = ACER(self.model, config)
+        self.agent = ACER(self.model, config, self.timer)
         self.timesteps = 0
         self.iterations = 0
         self.updates = 0
@@ -183,10 +189,13 @@ class Trainer:
         if resume is not None:
             print(f"resuming at step {self.timesteps}: {self._load_buffer()}", flush=True)
         self.env = VecEnv(info, config.num_envs, config.vec_env or default_backend(info))
-        self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker)
+        self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker, self.timer)
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
         self.logger = Logger(run_dir)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
+        self.next_checkpoint = (self.timesteps // config.checkpoint_every + 1) * config.checkpoint_every
+        self.next_eval = (self.timesteps // config.eval_every + 1) * config.eval_every if config.eval_every else 0
+        self._reset_interval()
 
     @staticmethod
     def model_spec(info: EnvInfo, config: Config) -> dict:
@@ -291,8 +300,6 @@ class Trainer:
     def train(self) -> int:
         """Run until ``total_timesteps``; returns the process exit code (see the EXIT_* constants)."""
         cfg = self.config
-        self.next_checkpoint = (self.timesteps // cfg.checkpoint_every + 1) * cfg.checkpoint_every
-        self.next_eval = (self.timesteps // cfg.eval_every + 1) * cfg.eval_every if cfg.eval_every else 0
         self._reset_interval()
         bar = tqdm(total=cfg.total_timesteps, initial=self.timesteps, unit="step", disable=not self.progress_bar, dynamic_ncols=True)
         with GracefulStop() as stop:
@@ -332,21 +339,28 @@ class Trainer:
 
     def _iteration(self, bar: tqdm) -> None:
         """Act for one segment, then one on-policy and Poisson(replay_ratio) off-policy updates."""
-        cfg = self.config
+        cfg, timer = self.config, self.timer
         steps = cfg.num_envs * cfg.nsteps
-        self.buffer.put(self.runner.run())
+        segment = self.runner.run()
+        with timer("buffer_put"):
+            self.buffer.put(segment)
         lr = learning_rate(cfg.lr_schedule, cfg.lr, self.timesteps, cfg.total_timesteps)
         self.timesteps += steps
         self.iterations += 1
         self.interval_steps += steps
 
-        _accumulate(self.sums, self.agent.update(to_batch(self.buffer.latest(), self.info.stack, self.device), lr), "")
+        with timer("buffer_get"):
+            batch = to_batch(self.buffer.latest(), self.info.stack, self.device)
+        with timer("on_policy_update"):
+            _accumulate(self.sums, self.agent.update(batch, lr), "")
         self.counts["on"] += 1
         self.updates += 1
         if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
             for _ in range(self.sampler.poisson(cfg.replay_ratio)):
-                batch = to_batch(self.buffer.sample(self.sampler), self.info.stack, self.device)
-                _accumulate(self.sums, self.agent.update(batch, lr), "off_")
+                with timer("buffer_get"):
+                    batch = to_batch(self.buffer.sample(self.sampler), self.info.stack, self.device)
+                with timer("off_policy_updates"):
+                    _accumulate(self.sums, self.agent.update(batch, lr), "off_")
                 self.counts["off"] += 1
                 self.updates += 1
         bar.update(steps)

@@ -7,6 +7,7 @@ import torch
 
 from acer_sync.buffer import Segment
 from acer_sync.networks import ActorCritic
+from acer_sync.profiling import PhaseTimer
 from atari.envs import VecEnv
 from atari.episodes import EpisodeTracker
 from atari.stacking import FrameStacker
@@ -24,9 +25,14 @@ class Runner:
     :param device: where ``model`` lives; stacked uint8 frames are sent there to act.
     :param nsteps: T.
     :param tracker: the training view of episodes (life loss, reward clipping, raw scores).
+    :param timer: charges time to the ``acting`` and ``env`` phases (bench.py).
     """
 
-    def __init__(self, env: VecEnv, model: ActorCritic, device: torch.device, nsteps: int, tracker: EpisodeTracker):
+    def __init__(
+        self, env: VecEnv, model: ActorCritic, device: torch.device, nsteps: int, tracker: EpisodeTracker,
+        timer: PhaseTimer | None = None,
+    ):
+        self.timer = timer or PhaseTimer()
         self.env = env
         self.model = model
         self.device = device
@@ -66,10 +72,12 @@ class Runner:
         for t in range(T):
             frames[t] = self.frames
             firsts[t] = self.first
-            actions[t], mu[t] = self.act(self.stacker.stacked)
-            next_frames, raw_rewards, terminated, truncated, lives = self.env.step(actions[t])
-            rewards[t], dones[t], _ = self.tracker.step(raw_rewards, terminated, truncated, lives)
-            self.stacker.push(next_frames, dones[t])
+            with self.timer("acting"):
+                actions[t], mu[t] = self.act(self.stacker.stacked)
+            with self.timer("env"):
+                next_frames, raw_rewards, terminated, truncated, lives = self.env.step(actions[t])
+                rewards[t], dones[t], _ = self.tracker.step(raw_rewards, terminated, truncated, lives)
+                self.stacker.push(next_frames, dones[t])
             self.frames = next_frames
             self.first = dones[t]
         frames[T] = self.frames

@@ -1,0 +1,235 @@
+"""Measure training speed and memory on the real training path.
+
+``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--json]``
+
+Four measurements, each for a quarter of ``--seconds`` after a warm-up:
+
+* ``env_steps_per_sec``: the vector env alone, random actions.
+* ``learner_steps_per_sec``: the learner alone on buffer data: per N·T agent steps, T acting
+  forward passes, one buffer put, one on-policy and ``replay_ratio`` off-policy ACER updates.
+* ``raw_learner_steps_per_sec``: the same network passes at the same batch sizes in plain
+  PyTorch on random uint8 frames already on the device, with no ACER logic (no Retrace, bias
+  correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
+* ``steps_per_sec``: end to end, through :class:`acer_sync.learn.Trainer`'s own iteration, with
+  replay active from the start over a prefilled buffer, and the time spent in each phase.
+
+With ``--json`` the last line of stdout is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from acer_sync.agent import to_batch
+from acer_sync.buffer import ReplayBuffer, Segment
+from acer_sync.cli import OneLineParser
+from acer_sync.config import build_config, validate
+from acer_sync.errors import UserError, run_cli
+from acer_sync.learn import Trainer, package_versions
+from acer_sync.networks import ActorCritic
+from acer_sync.optim import RMSpropTF
+from atari.envs import VecEnv, default_backend, env_info, is_atari
+
+#: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
+BENCH_BUFFER_STEPS = 2_000
+PHASES = ("env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update")
+
+
+def parse_args(argv: list[str]):
+    parser = OneLineParser(prog="bench.py", description="Benchmark the ACER training loop (see the module docstring).")
+    parser.add_argument("--env", default="PongNoFrameskip-v4", help="env id (default: PongNoFrameskip-v4)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="total measuring time, split in four (default: 60)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="network device (default: auto)")
+    parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
+    parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
+    return parser.parse_args(argv)
+
+
+def synthetic_segment(rng: np.random.Generator, info, num_envs: int, nsteps: int) -> Segment:
+    """A segment of random frames and a random behaviour policy, shaped like the Runner's."""
+    frames_shape = (nsteps + 1, num_envs, *info.frame_shape)
+    if info.frame_dtype == np.uint8:
+        frames = rng.integers(0, 256, frames_shape, dtype=np.uint8)
+    else:
+        frames = rng.standard_normal(frames_shape).astype(info.frame_dtype)
+    mu = rng.dirichlet(np.ones(info.n_actions), (nsteps, num_envs)).astype(np.float32)
+    return Segment(
+        frames=frames,
+        firsts=rng.random((nsteps + 1, num_envs)) < 0.01,
+        actions=rng.integers(0, info.n_actions, (nsteps, num_envs)),
+        mu=mu,
+        rewards=rng.choice([-1.0, 0.0, 1.0], (nsteps, num_envs)).astype(np.float32),
+        dones=rng.random((nsteps, num_envs)) < 0.01,
+    )
+
+
+def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
+    """Call ``step()`` ``warmup`` times, then until ``seconds`` pass; returns (calls, seconds)."""
+    for _ in range(warmup):
+        step()
+    calls, start = 0, time.perf_counter()
+    while calls == 0 or time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+    return calls, time.perf_counter() - start
+
+
+def bench_env(info, config, seconds: float) -> float:
+    env = VecEnv(info, config.num_envs, config.vec_env or default_backend(info))
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    try:
+        calls, elapsed = timed_loop(lambda: env.step(rng.integers(0, info.n_actions, config.num_envs)), seconds, warmup=5)
+    finally:
+        env.close()
+    return calls * config.num_envs / elapsed
+
+
+def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> float:
+    """ACER's learner on buffer data, without the env: acting passes, put, updates."""
+    cfg, info = trainer.config, trainer.info
+    stacked = rng.integers(0, 256, (cfg.num_envs, *info.obs_shape)).astype(info.frame_dtype)
+    off_policy = int(round(cfg.replay_ratio))
+
+    def iteration():
+        for _ in range(cfg.nsteps):
+            trainer.runner.act(stacked)
+        trainer.buffer.put(synthetic_segment(rng, info, cfg.num_envs, cfg.nsteps))
+        trainer.agent.update(to_batch(trainer.buffer.latest(), info.stack, trainer.device), cfg.lr)
+        for _ in range(off_policy):
+            trainer.agent.update(to_batch(trainer.buffer.sample(trainer.sampler), info.stack, trainer.device), cfg.lr)
+
+    calls, elapsed = timed_loop(iteration, seconds)
+    return calls * cfg.num_envs * cfg.nsteps / elapsed
+
+
+def bench_raw_learner(info, config, device: torch.device, seconds: float) -> float:
+    """The same network passes in plain PyTorch on random uint8 frames already on the device."""
+    T, N = config.nsteps, config.num_envs
+    model = ActorCritic(info.obs_shape, info.n_actions, info.arch).to(device)
+    average = ActorCritic(info.obs_shape, info.n_actions, info.arch).to(device).requires_grad_(False)
+    optimizer = RMSpropTF(model.parameters(), lr=config.lr)
+    high = 256 if info.frame_dtype == np.uint8 else 2
+    dtype = torch.uint8 if info.frame_dtype == np.uint8 else torch.float32
+    acting_obs = torch.randint(0, high, (N, *info.obs_shape), device=device).to(dtype)
+    batch_obs = torch.randint(0, high, ((T + 1) * N, *info.obs_shape), device=device).to(dtype)
+    updates = 1 + int(round(config.replay_ratio))
+
+    def iteration():
+        with torch.inference_mode():
+            for _ in range(T):
+                model.policy(acting_obs)
+        for _ in range(updates):
+            pi, q = model(batch_obs)
+            with torch.no_grad():
+                average.policy(batch_obs[: T * N])
+            loss = -torch.log(pi + 1e-6).mean() + q.pow(2).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    calls, elapsed = timed_loop(iteration, seconds)
+    return calls * N * T / elapsed
+
+
+def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, dict[str, float]]:
+    bar = tqdm(disable=True)
+    for _ in range(2):
+        trainer._iteration(bar)
+    trainer.timer.reset()
+    trainer.timer.enabled = True
+    start_steps, start = trainer.timesteps, time.perf_counter()
+    while trainer.timesteps == start_steps or time.perf_counter() - start < seconds:
+        trainer._iteration(bar)
+    if trainer.device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    trainer.timer.enabled = False
+    phases = {phase: trainer.timer.seconds.get(phase, 0.0) for phase in PHASES}
+    phases["other"] = elapsed - sum(v for k, v in phases.items() if k != "average_update")  # nested in updates
+    phases["total"] = elapsed
+    return (trainer.timesteps - start_steps) / elapsed, phases
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise UserError("--seconds must be a positive number")
+    overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio,
+                     buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9,
+                     checkpoint_every=10**12, total_timesteps=10**12)
+    config = build_config(is_atari(args.env), overrides)
+    problems = validate(config)
+    if problems:
+        raise UserError("; ".join(problems))
+    info = env_info(config.env)
+    quarter = args.seconds / 4
+    rng = np.random.default_rng(0)
+
+    env_sps = bench_env(info, config, quarter)
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(config, info, Path(run_dir), progress_bar=False)
+        for _ in range(trainer.buffer.nsegments):
+            trainer.buffer.put(synthetic_segment(rng, info, config.num_envs, config.nsteps))
+        learner_sps = bench_learner(trainer, quarter, rng)
+        raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
+        steps_sps, phases = bench_end_to_end(trainer, quarter)
+        trainer.close()
+
+    default_bytes = ReplayBuffer.bytes_needed(
+        config.num_envs, config.nsteps, 50_000, info.frame_shape, info.frame_dtype, info.stack, info.n_actions
+    )
+    serial_bound = 1.0 / (1.0 / env_sps + 1.0 / learner_sps)
+    result = {
+        "env": config.env,
+        "device": str(trainer.device),
+        "num_envs": config.num_envs,
+        "nsteps": config.nsteps,
+        "replay_ratio": config.replay_ratio,
+        "steps_per_sec": round(steps_sps, 1),
+        "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
+        "env_steps_per_sec": round(env_sps, 1),
+        "env_steps_per_sec_in_loop": round(steps_sps * phases["total"] / max(phases["env"], 1e-9), 1),
+        "learner_steps_per_sec": round(learner_sps, 1),
+        "raw_learner_steps_per_sec": round(raw_sps, 1),
+        "serial_bound_steps_per_sec": round(serial_bound, 1),
+        "loop_efficiency": round(steps_sps / serial_bound, 3),
+        "learner_efficiency": round(learner_sps / raw_sps, 3),
+        "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
+        "phase_fraction": {k: round(v / phases["total"], 3) for k, v in phases.items() if k != "total"},
+        "buffer_bytes_per_transition": round(default_bytes / (config.num_envs * 50_000), 1),
+        "default_buffer_gb": round(default_bytes / 1e9, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "torch_threads": torch.get_num_threads(),
+        "env_backend": config.vec_env or default_backend(info),
+        "versions": package_versions(),
+    }
+    print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s)")
+    print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {result['env_steps_per_sec_in_loop']:.1f})")
+    print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s")
+    print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s")
+    print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "
+          f"learner efficiency {result['learner_efficiency']:.2f}")
+    print("phases          " + ", ".join(f"{k} {v:.0%}" for k, v in result["phase_fraction"].items()))
+    print(f"memory          {result['buffer_bytes_per_transition']:.0f} bytes/transition, default buffer "
+          f"{result['default_buffer_gb']:.2f} GB, peak RSS {result['peak_rss_mb']:.0f} MB")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "bench.py")

@@ -1,0 +1,33 @@
+"""bench.py runs the real training path and reports every figure as JSON (no timing assertions)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {
+    "steps_per_sec", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
+    "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
+    "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions",
+}
+PHASES = {"env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
+
+
+def test_bench_prints_json_with_every_key():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench.py"), "--seconds", "3", "--json", "--device", "cpu"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert KEYS <= set(figures)
+    assert PHASES <= set(figures["phase_seconds"])
+    assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0
+    assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
+
+
+def test_bench_rejects_bad_seconds():
+    result = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--seconds", "0"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--seconds must be" in result.stderr and "Traceback" not in result.stderr
