@@ -52,6 +52,7 @@ def parse_args(argv: list[str]):
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="network device (default: auto)")
     parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
     parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the training forward pass, as train.py --compile")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
     return parser.parse_args(argv)
 
@@ -118,6 +119,8 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     """The same network passes in plain PyTorch on random uint8 frames already on the device."""
     T, N = config.nsteps, config.num_envs
     model = ActorCritic(info.obs_shape, info.n_actions, info.arch).to(device)
+    if config.compile:
+        model.compile()
     average = ActorCritic(info.obs_shape, info.n_actions, info.arch).to(device).requires_grad_(False)
     optimizer = RMSpropTF(model.parameters(), lr=config.lr)
     high = 256 if info.frame_dtype == np.uint8 else 2
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UserError("--seconds must be a positive number")
-    overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio,
+    overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9,
                      checkpoint_every=10**12, total_timesteps=10**12)
     config = build_config(is_atari(args.env), overrides)
@@ -214,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         "default_buffer_gb": round(default_bytes / 1e9, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
+        "compile": config.compile,
         "env_backend": config.vec_env or default_backend(info),
         "versions": package_versions(),
     }

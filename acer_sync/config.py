@@ -41,6 +41,7 @@ class Config:
     buffer_size: int = _f(50_000, "replay capacity in steps per env")
     replay_ratio: float = _f(4.0, "mean of the Poisson number of off-policy updates per on-policy one")
     replay_start: int = _f(10_000, "steps per env stored before replay begins")
+    compile: bool = _f(False, "compile the network's training forward pass with torch.compile (slower start, faster updates)")
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
     log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
     checkpoint_every: int = _f(1_000_000, "agent steps between periodic checkpoints")

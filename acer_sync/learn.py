@@ -165,6 +165,8 @@ class Trainer:
 
         buffer_bytes = check_buffer_fits(config, info)
         self.model = build_model(info, config).to(self.device)
+        if config.compile:
+            self.model.compile()  # in place: the state_dict keys stay the same
         self.agent = ACER(self.model, config, self.timer)
         self.timesteps = 0
         self.iterations = 0

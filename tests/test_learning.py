@@ -50,3 +50,10 @@ def test_two_seeded_runs_are_identical(tmp_path):
         runs.append([{k: v for k, v in row.items() if k not in WALL_CLOCK_COLUMNS} for row in rows])
     assert runs[0] == runs[1]
     assert any(float(row["off_policy_updates"]) > 0 for row in runs[0])  # replay was exercised
+
+
+@pytest.mark.slow
+def test_compiled_forward_trains(tmp_path):
+    rows = train_cartpole(tmp_path, seed=1, total_timesteps=6_400, compile=True)
+    assert int(rows[-1]["total_timesteps"]) == 6_400 and int(rows[-1]["nonfinite_updates"]) == 0
+    assert float(rows[-1]["off_loss_q"]) > 0  # replay starts at 4,000 steps: off-policy updates ran too
