@@ -1,6 +1,5 @@
 """train.py and play.py end to end (through subprocesses), and their handling of bad input."""
 
-import csv
 import json
 import os
 import pickle
@@ -11,14 +10,13 @@ import time
 from pathlib import Path
 
 import cv2
-import numpy as np
 import pytest
 import torch
 
 from acer_sync.checkpoint import load_checkpoint, save_checkpoint
 from acer_sync.errors import UserError
+from helpers import ROOT, read_progress, start_long_cartpole_run
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL_PONG = [
     "--env", "PongNoFrameskip-v4", "--num-envs", "4", "--buffer-size", "400", "--replay-start", "100",
     "--log-interval", "5", "--checkpoint-every", "1000", "--device", "cpu", "--no-progress",
@@ -30,11 +28,6 @@ def run(script: str, *args, timeout: float = 300) -> subprocess.CompletedProcess
         [sys.executable, str(ROOT / script), *map(str, args)],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
     )
-
-
-def read_progress(run_dir: Path) -> list[dict]:
-    with open(run_dir / "progress.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 @pytest.fixture(scope="module")
@@ -231,15 +224,8 @@ def test_resume_restores_models_optimizer_counters_and_rngs(pong_run):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, signum):
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc", "--num-envs", "2",
-         "--total-timesteps", "10000000", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process = start_long_cartpole_run(run_dir, num_envs=2)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not ((run_dir / "progress.csv").exists() and read_progress(run_dir)):
-            time.sleep(0.2)
         sent = time.time()
         process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=30)

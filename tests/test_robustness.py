@@ -1,6 +1,5 @@
 """Nothing lost: atomic checkpoints under kill -9, pruning, saved buffers, NaN updates, dead workers."""
 
-import csv
 import os
 import signal
 import subprocess
@@ -17,19 +16,14 @@ from acer_sync.checkpoint import load_checkpoint
 from acer_sync.config import build_config
 from acer_sync.learn import EXIT_NONFINITE, Trainer
 from atari.envs import env_info
+from helpers import ROOT, read_progress, start_long_cartpole_run
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def cartpole_config(**overrides):
     values = dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, log_interval=5, eval_every=0)
     values.update(overrides)
     return build_config(False, values)
-
-
-def read_progress(run_dir: Path) -> list[dict]:
-    with open(run_dir / "progress.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 WRITER = textwrap.dedent(
@@ -142,15 +136,8 @@ def child_pids(pid: int) -> list[int]:
 
 def test_a_killed_env_worker_is_reported_checkpointed_and_exits_nonzero(tmp_path):
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc", "--num-envs", "3",
-         "--total-timesteps", "10000000", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process = start_long_cartpole_run(run_dir, num_envs=3)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not ((run_dir / "progress.csv").exists() and read_progress(run_dir)):
-            time.sleep(0.2)
         workers = child_pids(process.pid)
         assert len(workers) >= 3
         os.kill(workers[1], signal.SIGKILL)

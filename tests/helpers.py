@@ -1,0 +1,28 @@
+"""Shared by the tests that drive train.py through a subprocess."""
+
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_progress(run_dir: Path) -> list[dict]:
+    with open(run_dir / "progress.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def start_long_cartpole_run(run_dir: Path, num_envs: int) -> subprocess.Popen:
+    """Start a long CartPole training on the subproc backend; return once it logged a row."""
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc",
+         "--num-envs", str(num_envs), "--total-timesteps", "10000000", "--log-interval", "1",
+         "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run_dir / "progress.csv").exists() and read_progress(run_dir)):
+        time.sleep(0.2)
+    return process
