@@ -62,7 +62,6 @@ PRESETS: dict[str, dict] = {
     "classic": dict(
         total_timesteps=200_000,
         num_envs=8,
-        nsteps=20,
         lr=1e-3,
         ent_coef=0.0,
         buffer_size=5_000,

@@ -216,12 +216,15 @@ class Trainer:
         self.time_before = float(counters.get("time_elapsed", 0.0))
         self.tracker.episodes = int(counters["episodes"])
         self.tracker.recent_returns.extend(payload["recent_returns"])
+        self.tracker.recent_lengths.extend(payload.get("recent_lengths", []))
         rng = payload["rng"]
         random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
         name, keys, *rest = rng["numpy"]
         np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
         torch.set_rng_state(rng["torch"])
         self.sampler.bit_generator.state = rng["sampler"]
+        if torch.cuda.is_available() and len(rng.get("torch_cuda", [])) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["torch_cuda"])
 
     def checkpoint_payload(self) -> dict:
         numpy_state = np.random.get_state()
@@ -242,11 +245,13 @@ class Trainer:
                 "time_elapsed": self.time_elapsed(),
             },
             "recent_returns": list(self.tracker.recent_returns),
+            "recent_lengths": list(self.tracker.recent_lengths),
             "rng": {
                 "python": [python_state[0], list(python_state[1]), python_state[2]],
                 "numpy": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
                 "torch": torch.get_rng_state(),
                 "sampler": self.sampler.bit_generator.state,
+                "torch_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
         }
 
