@@ -328,7 +328,10 @@ class Trainer:
             if stop.signal_name is not None:
                 print(f"{stop.signal_name} received: saving a checkpoint at step {self.timesteps} and exiting", flush=True)
                 exit_code = EXIT_INTERRUPTED
-            self.save(periodic=False)
+            try:
+                self.save(periodic=False)
+            except KeyboardInterrupt:  # the atomic write leaves the previous checkpoint in place
+                return self._abort("second SIGINT: exiting at once; the previous checkpoint is kept", EXIT_INTERRUPTED, save=False)
             self.close()
         return exit_code
 

@@ -14,12 +14,12 @@ def read_progress(run_dir: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def start_long_cartpole_run(run_dir: Path, num_envs: int) -> subprocess.Popen:
+def start_long_cartpole_run(run_dir: Path, num_envs: int, *extra: str) -> subprocess.Popen:
     """Start a long CartPole training on the subproc backend; return once it logged a row."""
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc",
          "--num-envs", str(num_envs), "--total-timesteps", "10000000", "--log-interval", "1",
-         "--run-dir", str(run_dir), "--no-progress"],
+         "--run-dir", str(run_dir), "--no-progress", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.time() + 120

@@ -180,3 +180,52 @@ def test_corrupt_config_json_is_reported_by_plot(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "plot.py"), str(tmp_path), "--out", str(tmp_path / "c.png")],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "config.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_full_disk_leaves_the_previous_checkpoint_and_no_partial_file(tmp_path, monkeypatch):
+    from acer_sync import checkpoint
+    from acer_sync.errors import UserError
+
+    path = tmp_path / "latest.pt"
+    checkpoint.save_checkpoint(path, {"step": 1})
+    before = path.read_bytes()
+
+    def no_space(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "fsync", no_space)
+    with pytest.raises(UserError, match="cannot write checkpoint .*No space left on device"):
+        checkpoint.save_checkpoint(path, {"step": 2})
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
+
+
+def test_graceful_stop_turns_the_first_signal_into_a_flag_and_the_second_sigint_into_an_exit():
+    from acer_sync.learn import GracefulStop
+
+    with GracefulStop() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        assert stop.signal_name == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+    assert signal.getsignal(signal.SIGTERM) is not stop._handle  # handlers restored
+
+
+def test_two_sigints_exit_130_and_keep_a_loadable_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start_long_cartpole_run(run_dir, 2, "--checkpoint-every", "40")
+    try:
+        while not (run_dir / "checkpoints" / "latest.pt").exists():
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    # Whether the second SIGINT lands before or after the clean shutdown finished, the process
+    # exits 130 without a traceback and the checkpoint on disk loads.
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] > 0
