@@ -20,7 +20,11 @@ from acer_sync.cli import OneLineParser
 from acer_sync.errors import UserError, run_cli
 from acer_sync.scores import game_name, human_normalized, published_acer
 
-IGNORED_FOR_GROUPING = ("seed", "total_timesteps", "device")
+#: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
+IGNORED_FOR_GROUPING = (
+    "seed", "total_timesteps", "device", "vec_env", "compile", "log_interval", "checkpoint_every",
+    "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
+)
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
 USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean")
 PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"
@@ -124,7 +128,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
 def distinguishing_text(group: Group, groups: list[Group]) -> str:
     """``key=value`` for each config key on which ``group`` differs from another group of its env."""
     rivals = [other.settings for other in groups if other.env == group.env]
-    keys = sorted({key for other in rivals for key in {*other, *group.settings} if other.get(key) != group.settings.get(key)})
+    # Keys a config lacks (written by an older version) do not distinguish anything.
+    keys = sorted({key for other in rivals for key in other.keys() & group.settings.keys() if other[key] != group.settings[key]})
     return " ".join(f"{key}={format_value(group.settings.get(key))}" for key in keys)
 
 
