@@ -26,3 +26,11 @@ def start_long_cartpole_run(run_dir: Path, num_envs: int, *extra: str) -> subpro
     while time.time() < deadline and not ((run_dir / "progress.csv").exists() and read_progress(run_dir)):
         time.sleep(0.2)
     return process
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """Assert a user error: exit code 2 and one stderr line without a traceback; return the line."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]

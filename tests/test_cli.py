@@ -15,7 +15,7 @@ import torch
 
 from acer_sync.checkpoint import load_checkpoint, save_checkpoint
 from acer_sync.errors import UserError
-from helpers import ROOT, read_progress, start_long_cartpole_run
+from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
 
 SMALL_PONG = [
     "--env", "PongNoFrameskip-v4", "--num-envs", "4", "--buffer-size", "400", "--replay-start", "100",
@@ -96,13 +96,6 @@ def test_resume_refuses_conflicting_flags(pong_run):
     assert result.returncode == 2
     assert "--nsteps 5 (the run used 20)" in result.stderr and "--env BreakoutNoFrameskip-v4" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-def one_line_error(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(
