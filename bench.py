@@ -35,10 +35,9 @@ from acer_sync.buffer import ReplayBuffer, Segment
 from acer_sync.cli import OneLineParser
 from acer_sync.config import build_config, validate
 from acer_sync.errors import UserError, run_cli
-from acer_sync.learn import Trainer, package_versions
-from acer_sync.networks import ActorCritic
+from acer_sync.learn import Trainer, build_model, package_versions
 from acer_sync.optim import RMSpropTF
-from atari.envs import VecEnv, default_backend, env_info, is_atari
+from atari.envs import VecEnv, choose_backend, env_info, is_atari
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
 BENCH_BUFFER_STEPS = 2_000
@@ -87,7 +86,7 @@ def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
 
 
 def bench_env(info, config, seconds: float) -> float:
-    env = VecEnv(info, config.num_envs, config.vec_env or default_backend(info))
+    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env))
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     try:
@@ -118,10 +117,10 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
 def bench_raw_learner(info, config, device: torch.device, seconds: float) -> float:
     """The same network passes in plain PyTorch on random uint8 frames already on the device."""
     T, N = config.nsteps, config.num_envs
-    model = ActorCritic(info.obs_shape, info.n_actions, info.arch).to(device)
+    model = build_model(info, config).to(device)
     if config.compile:
         model.compile()
-    average = ActorCritic(info.obs_shape, info.n_actions, info.arch).to(device).requires_grad_(False)
+    average = build_model(info, config).to(device).requires_grad_(False)
     optimizer = RMSpropTF(model.parameters(), lr=config.lr)
     high = 256 if info.frame_dtype == np.uint8 else 2
     dtype = torch.uint8 if info.frame_dtype == np.uint8 else torch.float32
@@ -218,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
         "compile": config.compile,
-        "env_backend": config.vec_env or default_backend(info),
+        "env_backend": choose_backend(info, config.vec_env),
         "versions": package_versions(),
     }
     print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s)")

@@ -37,7 +37,7 @@ def load_model(payload: dict, checkpoint: Path) -> tuple[ActorCritic, str]:
     try:
         spec = payload["model_spec"]
         env_id = payload["env_id"]
-        model = ActorCritic(tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]))
+        model = ActorCritic.from_spec(spec)
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UserError(f"{checkpoint} does not hold a usable model ({type(error).__name__})") from None

@@ -72,10 +72,7 @@ class ACER:
         self.config = config
         self.timer = timer or PhaseTimer()
         self.model = model
-        spec = model.spec()
-        self.average_model = ActorCritic(
-            tuple(spec["obs_shape"]), spec["n_actions"], spec["arch"], tuple(spec["hidden"])
-        ).to(next(model.parameters()).device)
+        self.average_model = ActorCritic.from_spec(model.spec()).to(next(model.parameters()).device)
         self.average_model.load_state_dict(model.state_dict())
         self.average_model.requires_grad_(False)
         self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)

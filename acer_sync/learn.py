@@ -28,7 +28,7 @@ from acer_sync.networks import ActorCritic
 from acer_sync.profiling import PhaseTimer
 from acer_sync.runner import Runner
 from acer_sync.schedules import learning_rate
-from atari.envs import EnvInfo, EnvWorkerDied, VecEnv, default_backend
+from atari.envs import EnvInfo, EnvWorkerDied, VecEnv, choose_backend
 from atari.episodes import EpisodeTracker
 
 #: Exit code when an env worker process died; a checkpoint was written first.
@@ -190,7 +190,7 @@ class Trainer:
         )
         if resume is not None:
             print(f"resuming at step {self.timesteps}: {self._load_buffer()}", flush=True)
-        self.env = VecEnv(info, config.num_envs, config.vec_env or default_backend(info))
+        self.env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env))
         self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker, self.timer)
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
         self.logger = Logger(run_dir)
@@ -264,7 +264,7 @@ class Trainer:
         cfg = self.config
         start = time.perf_counter()
         if self.eval_env is None:
-            self.eval_env = VecEnv(self.info, min(cfg.eval_episodes, cfg.num_envs), cfg.vec_env or default_backend(self.info))
+            self.eval_env = VecEnv(self.info, min(cfg.eval_episodes, cfg.num_envs), self.env.backend)
         scores = evaluate(
             self.model, self.eval_env, cfg.eval_episodes, self.device, greedy=cfg.eval_greedy,
             seed=cfg.seed + 1_000_003 * (1 + self.timesteps // max(cfg.eval_every, 1)), generator=self.eval_generator,

@@ -88,6 +88,11 @@ class ActorCritic(nn.Module):
         """The constructor arguments: what a checkpoint must match to be loaded into this net."""
         return dict(obs_shape=list(self.obs_shape), n_actions=self.n_actions, arch=self.arch, hidden=list(self.hidden))
 
+    @classmethod
+    def from_spec(cls, spec: dict) -> "ActorCritic":
+        """A new, freshly initialised network with the architecture :meth:`spec` describes."""
+        return cls(tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]))
+
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.torso(obs)
         pi = torch.softmax(self.policy_head(features), dim=-1)

@@ -263,5 +263,6 @@ class VecEnv:
             self.env.close()
 
 
-def default_backend(info: EnvInfo) -> str:
-    return "ale" if info.atari else "subproc"
+def choose_backend(info: EnvInfo, requested: str = "") -> str:
+    """The backend asked for, or the default: ``ale`` for Atari, ``subproc`` otherwise."""
+    return requested or ("ale" if info.atari else "subproc")
