@@ -6,6 +6,9 @@ import sys
 from typing import Callable
 
 EXIT_USER_ERROR = 2
+#: Exit code after SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a
+#: checkpoint first; a second SIGINT exits at once and keeps the previous checkpoint.
+EXIT_INTERRUPTED = 130
 
 
 class UserError(Exception):
@@ -13,10 +16,14 @@ class UserError(Exception):
 
 
 def run_cli(main: Callable[[], int | None], prog: str) -> None:
-    """Run ``main`` and turn a :class:`UserError` into ``prog: error: message`` and exit 2."""
+    """Run ``main``; a :class:`UserError` becomes ``prog: error: message`` and exit 2, and a
+    Ctrl-C that ``main`` did not handle itself becomes one line and exit 130, never a traceback."""
     try:
         code = main()
     except UserError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(code or 0)

@@ -21,7 +21,7 @@ from acer_sync.agent import ACER, UPDATE_STATS, to_batch
 from acer_sync.buffer import ReplayBuffer
 from acer_sync.checkpoint import LATEST, atomic_write, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
-from acer_sync.errors import UserError
+from acer_sync.errors import EXIT_INTERRUPTED, UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.networks import ActorCritic
@@ -35,9 +35,6 @@ from atari.episodes import EpisodeTracker
 EXIT_ENV_DIED = 3
 #: Exit code after ``max_nonfinite`` non-finite updates in a row; the last good checkpoint is kept.
 EXIT_NONFINITE = 4
-#: Exit code after SIGINT or SIGTERM: the checkpoint is written and the logs flushed (a second
-#: SIGINT exits at once, keeping the previous checkpoint).
-EXIT_INTERRUPTED = 130
 BUFFER_FILE = "buffer.npz"
 #: Config fields that may differ between a run and its resume.
 RESUMABLE_CHANGES = ("total_timesteps", "device")
@@ -311,28 +308,34 @@ class Trainer:
         bar = tqdm(total=cfg.total_timesteps, initial=self.timesteps, unit="step", disable=not self.progress_bar, dynamic_ncols=True)
         with GracefulStop() as stop:
             try:
-                while self.timesteps < cfg.total_timesteps and stop.signal_name is None:
-                    self._iteration(bar)
-                    if self.agent.nonfinite_streak >= cfg.max_nonfinite:
-                        return self._abort(
-                            f"{self.agent.nonfinite_streak} non-finite updates in a row at step {self.timesteps}; "
-                            "stopping and keeping the last good checkpoint", EXIT_NONFINITE, save=False,
-                        )
+                return self._run_until_done_or_stopped(stop, bar)
             except KeyboardInterrupt:
-                return self._abort("second SIGINT: exiting at once; the previous checkpoint is kept", EXIT_INTERRUPTED, save=False)
-            except EnvWorkerDied as error:
-                return self._abort(f"{error}; saving a checkpoint at step {self.timesteps} and exiting", EXIT_ENV_DIED, save=True)
-            finally:
-                bar.close()
-            exit_code = 0
-            if stop.signal_name is not None:
-                print(f"{stop.signal_name} received: saving a checkpoint at step {self.timesteps} and exiting", flush=True)
-                exit_code = EXIT_INTERRUPTED
-            try:
-                self.save(periodic=False)
-            except KeyboardInterrupt:  # the atomic write leaves the previous checkpoint in place
-                return self._abort("second SIGINT: exiting at once; the previous checkpoint is kept", EXIT_INTERRUPTED, save=False)
-            self.close()
+                # A second SIGINT may land anywhere: in an update, in the final save (whose atomic
+                # write leaves the previous checkpoint in place) or while the envs close. Exit at
+                # once without cleaning up; the vector envs' finalizers terminate their workers.
+                print("train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept", file=sys.stderr, flush=True)
+                return EXIT_INTERRUPTED
+
+    def _run_until_done_or_stopped(self, stop: "GracefulStop", bar: tqdm) -> int:
+        cfg = self.config
+        try:
+            while self.timesteps < cfg.total_timesteps and stop.signal_name is None:
+                self._iteration(bar)
+                if self.agent.nonfinite_streak >= cfg.max_nonfinite:
+                    return self._abort(
+                        f"{self.agent.nonfinite_streak} non-finite updates in a row at step {self.timesteps}; "
+                        "stopping and keeping the last good checkpoint", EXIT_NONFINITE, save=False,
+                    )
+        except EnvWorkerDied as error:
+            return self._abort(f"{error}; saving a checkpoint at step {self.timesteps} and exiting", EXIT_ENV_DIED, save=True)
+        finally:
+            bar.close()
+        exit_code = 0
+        if stop.signal_name is not None:
+            print(f"{stop.signal_name} received: saving a checkpoint at step {self.timesteps} and exiting", flush=True)
+            exit_code = EXIT_INTERRUPTED
+        self.save(periodic=False)
+        self.close()
         return exit_code
 
     def _abort(self, message: str, exit_code: int, save: bool) -> int:

@@ -210,6 +210,33 @@ def test_graceful_stop_turns_the_first_signal_into_a_flag_and_the_second_sigint_
     assert signal.getsignal(signal.SIGTERM) is not stop._handle  # handlers restored
 
 
+@pytest.mark.parametrize("where", ["save", "close"])
+def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one_line(tmp_path, capsys, where):
+    # The race CI once hit: the second SIGINT landed while the env workers were being closed.
+    config = cartpole_config(total_timesteps=80)
+    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+
+    def second_sigint(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    setattr(trainer, where, second_sigint)
+    assert trainer.train() == 130
+    assert capsys.readouterr().err == "train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept\n"
+    trainer.env.close()
+
+
+def test_run_cli_turns_an_unhandled_ctrl_c_into_one_line_and_exit_130(capsys):
+    from acer_sync.errors import run_cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(interrupted, "play.py")
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "play.py: interrupted\n"
+
+
 def test_two_sigints_exit_130_and_keep_a_loadable_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     process = start_long_cartpole_run(run_dir, 2, "--checkpoint-every", "40")
