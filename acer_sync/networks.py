@@ -71,7 +71,7 @@ class ActorCritic(nn.Module):
         self.arch = arch
         self.hidden = tuple(hidden) if arch == "mlp" else ()
         if arch == "cnn":
-            self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:])).to(memory_format=torch.channels_last)
+            self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
             self.q_torso: nn.Module | None = None
         elif arch == "mlp":
             in_features = 1
@@ -83,6 +83,21 @@ class ActorCritic(nn.Module):
             raise ValueError(f"unknown architecture {arch!r}")
         self.policy_head = nn.Linear(self.torso.out_features, n_actions)
         self.q_head = nn.Linear((self.q_torso or self.torso).out_features, n_actions)
+        if arch == "cnn":
+            self._init_like_baselines()
+            self.torso.to(memory_format=torch.channels_last)
+
+    def _init_like_baselines(self) -> None:
+        """Baselines' initialisation for the Atari net: orthogonal weights and zero biases.
+
+        Gain √2 for the ReLU torso, 0.01 for the policy logits (so π starts near uniform) and 1
+        for Q. PyTorch's default (Kaiming-uniform, a = √5) shrinks activations by about √3 per
+        layer, which leaves the 512 features and Q tiny at the start of a Pong run.
+        """
+        layers = [m for m in self.torso.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+        for layer, gain in [(m, 2**0.5) for m in layers] + [(self.policy_head, 0.01), (self.q_head, 1.0)]:
+            nn.init.orthogonal_(layer.weight, gain=gain)
+            nn.init.zeros_(layer.bias)
 
     def spec(self) -> dict:
         """The constructor arguments: what a checkpoint must match to be loaded into this net."""

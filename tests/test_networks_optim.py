@@ -120,3 +120,17 @@ def test_nature_cnn_shapes_and_uint8_input():
     pi, q = model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
     assert pi.shape == q.shape == (2, 6)
     torch.testing.assert_close(pi.sum(-1), torch.ones(2))
+
+
+def test_atari_net_is_initialised_like_baselines():
+    torch.manual_seed(0)
+    model = ActorCritic((4, 84, 84), 6, "cnn")
+    first_conv = model.torso.convs[0].weight.flatten(1)  # [32, 256]: orthogonal rows of norm √2
+    torch.testing.assert_close(first_conv @ first_conv.T, 2.0 * torch.eye(32), atol=1e-4, rtol=0)
+    policy = model.policy_head.weight  # [6, 512]
+    torch.testing.assert_close(policy @ policy.T, 1e-4 * torch.eye(6), atol=1e-8, rtol=0)
+    assert all(not m.bias.detach().any() for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+    assert model.torso.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        pi, _ = model(torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8))
+    assert float((pi - 1 / 6).abs().max()) < 0.01  # the policy starts near uniform
