@@ -316,7 +316,7 @@ class Trainer:
                 print("train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept", file=sys.stderr, flush=True)
                 return EXIT_INTERRUPTED
 
-    def _run_until_done_or_stopped(self, stop: "GracefulStop", bar: tqdm) -> int:
+    def _run_until_done_or_stopped(self, stop: GracefulStop, bar: tqdm) -> int:
         cfg = self.config
         try:
             while self.timesteps < cfg.total_timesteps and stop.signal_name is None:

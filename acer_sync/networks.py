@@ -91,8 +91,9 @@ class ActorCritic(nn.Module):
         """Baselines' initialisation for the Atari net: orthogonal weights and zero biases.
 
         Gain √2 for the ReLU torso, 0.01 for the policy logits (so π starts near uniform) and 1
-        for Q. PyTorch's default (Kaiming-uniform, a = √5) shrinks activations by about √3 per
-        layer, which leaves the 512 features and Q tiny at the start of a Pong run.
+        for Q. With PyTorch's default (Kaiming-uniform, a = √5) the activations' RMS falls by
+        2.1–2.5× at each of the four layers (0.58 at the input, 0.020 at the 512 features, on
+        random frames), where this init keeps it near 0.35; Q then starts 10× smaller.
         """
         layers = [m for m in self.torso.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
         for layer, gain in [(m, 2**0.5) for m in layers] + [(self.policy_head, 0.01), (self.q_head, 1.0)]:
