@@ -40,12 +40,14 @@ float_or_inf.__name__ = "number"
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Config field; defaults are None so that presets and resume can tell what was set."""
-    classic = PRESETS["classic"]
+    atari, classic = PRESETS["atari"], PRESETS["classic"]
     for f in fields():
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         help_text = f.metadata["help"]
         shown = f"default: {default}" if default != "" else "default: by env kind"
+        if f.name in atari:
+            shown += f"; Atari preset: {atari[f.name]}"
         if f.name in classic:
             shown += f"; classic-control preset: {classic[f.name]}"
         kwargs = dict(default=None, help=f"{help_text} ({shown})")

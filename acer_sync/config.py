@@ -55,8 +55,10 @@ class Config:
 
 #: Presets by kind of env. A flag the user gives overrides its preset value.
 PRESETS: dict[str, dict] = {
-    # Baselines' defaults, i.e. the dataclass defaults.
-    "atari": {},
+    # Baselines' Atari setup: ``acer.learn()``'s defaults (the dataclass defaults) with the
+    # constant learning rate of ``baselines/acer/defaults.py:atari()``, which its Atari10M
+    # benchmark curves were run with.
+    "atari": dict(lr_schedule="constant"),
     # Classic control (CartPole-v1, Acrobot-v1, LunarLander-v3, ...): small MLP, small buffer,
     # replay from early on, and a run length that solves CartPole-v1.
     "classic": dict(

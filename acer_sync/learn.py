@@ -400,6 +400,7 @@ class Trainer:
         row: dict[str, float] = {
             "total_timesteps": self.timesteps,
             "iterations": self.iterations,
+            "updates": self.updates,
             "time_elapsed": round(self.time_elapsed(), 1),
             "fps": round(fps, 1),
             "episodes": self.tracker.episodes,
