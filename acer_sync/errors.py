@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+from user_errors import UserError
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "UserError", "run_cli"]
+
 EXIT_USER_ERROR = 2
 #: Exit code after SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a
 #: checkpoint first; a second SIGINT exits at once and keeps the previous checkpoint.
 EXIT_INTERRUPTED = 130
-
-
-class UserError(Exception):
-    """A mistake in the user's input (flags, env id, files). Its message is the whole report."""
 
 
 def run_cli(main: Callable[[], int | None], prog: str) -> None:

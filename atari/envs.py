@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from acer_sync.errors import UserError
+from gymnasium.vector.async_vector_env import _async_worker
+
+from user_errors import UserError
 
 BACKENDS = ("ale", "subproc", "sync")
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
@@ -148,11 +150,18 @@ def make_gym_env(env_id: str, render_mode: str | None = None, noop_max: int = NO
     return env
 
 
-def _worker_env(env_id: str, render_mode: str | None, noop_max: int) -> gym.Env:
-    """Runs inside each ``subproc`` worker. A Ctrl-C reaches the whole process group; the workers
-    ignore it so that the trainer can finish its update, checkpoint and close them in order."""
+def _subproc_worker(*worker_args) -> None:
+    """The entry point of each ``subproc`` worker process: ignore SIGINT, then run gymnasium's
+    own worker loop.
+
+    A Ctrl-C reaches the whole process group; the workers ignore it so that the trainer can finish
+    its update, checkpoint and close them in order. This is AsyncVectorEnv's ``worker`` hook, the
+    target of the worker processes alone, so it can never touch the trainer's own handlers. (The
+    env factory is no place for it: AsyncVectorEnv also calls the factory in the trainer's
+    process, to read the spaces from a dummy env.)
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return make_gym_env(env_id, render_mode, noop_max)
+    _async_worker(*worker_args)
 
 
 class VecEnv:
@@ -194,11 +203,10 @@ class VecEnv:
             )
         elif backend in ("subproc", "sync"):
             same_step = gym.vector.AutoresetMode.SAME_STEP
+            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max)] * num_envs
             if backend == "subproc":
-                fns = [lambda: _worker_env(info.env_id, render_mode, noop_max)] * num_envs
-                self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step)
+                self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
             else:
-                fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max)] * num_envs
                 self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")

@@ -1,0 +1,106 @@
+"""Ctrl-C and SIGTERM reach the trainer at every point of a run, on the subproc backend too.
+
+gymnasium's AsyncVectorEnv builds one env in the trainer's own process to read the spaces, so
+anything env creation does to signal handlers would happen to the trainer; these tests signal after
+every phase that builds or uses envs (env creation, the first evaluation, replay start, a checkpoint).
+"""
+
+import ast
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from acer_sync.checkpoint import load_checkpoint
+from acer_sync.config import build_config
+from acer_sync.learn import GracefulStop, Trainer
+from atari.envs import env_info
+from helpers import ROOT, read_progress
+
+
+def handler_owner(handler) -> object:
+    """The object a bound-method handler belongs to (None for SIG_IGN, SIG_DFL and plain functions)."""
+    return getattr(handler, "__self__", None)
+
+
+def test_the_trainers_sigint_handler_is_its_own_after_every_phase(tmp_path):
+    config = build_config(False, dict(
+        env="CartPole-v1", vec_env="subproc", device="cpu", num_envs=2, nsteps=5, total_timesteps=120,
+        buffer_size=100, replay_start=20, eval_every=30, eval_episodes=2, checkpoint_every=50, log_interval=1,
+    ))
+    before = signal.getsignal(signal.SIGINT)
+    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert signal.getsignal(signal.SIGINT) is before, "building the subproc envs changed the SIGINT handler"
+    seen: dict[str, object] = {}
+
+    def record_after(name: str, method):
+        def wrapped(*args, **kwargs):
+            result = method(*args, **kwargs)
+            seen.setdefault(name, signal.getsignal(signal.SIGINT))
+            return result
+        return wrapped
+
+    trainer.evaluate = record_after("first evaluation", trainer.evaluate)
+    trainer.save = record_after("checkpoint", trainer.save)
+    iteration = trainer._iteration
+
+    def iteration_then_note_replay(bar):
+        iteration(bar)
+        if trainer.updates > trainer.iterations:  # an off-policy update ran: replay has started
+            seen.setdefault("replay start", signal.getsignal(signal.SIGINT))
+
+    trainer._iteration = iteration_then_note_replay
+    assert trainer.train() == 0
+    assert set(seen) == {"first evaluation", "checkpoint", "replay start"}
+    for phase, handler in seen.items():
+        assert isinstance(handler_owner(handler), GracefulStop), f"after the {phase} SIGINT went to {handler!r}"
+    assert signal.getsignal(signal.SIGINT) is before  # train() restores the handlers it replaced
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_an_evaluation_saves_exits_130_and_the_run_resumes(tmp_path, signum):
+    run_dir = tmp_path / "run"
+    train = [sys.executable, str(ROOT / "train.py")]
+    process = subprocess.Popen(
+        [*train, "--env", "CartPole-v1", "--vec-env", "subproc", "--num-envs", "2", "--total-timesteps", "10000000",
+         "--eval-every", "400", "--eval-episodes", "2", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        evaluated = False
+        while time.time() < deadline and not evaluated:
+            time.sleep(0.2)
+            evaluated = (run_dir / "progress.csv").exists() and any(
+                int(row["eval_episodes"]) > 0 for row in read_progress(run_dir)
+            )
+        assert evaluated, "no evaluation was logged within 120 s"
+        sent = time.time()
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert time.time() - sent < 15
+    assert f"{signal.Signals(signum).name} received" in stdout and "Traceback" not in stderr
+    saved_steps = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert saved_steps >= 400
+
+    resumed = subprocess.run(
+        [*train, "--resume", str(run_dir), "--total-timesteps", str(saved_steps + 160), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming at step {saved_steps}" in resumed.stdout
+    assert int(read_progress(run_dir)[-1]["total_timesteps"]) == saved_steps + 160
+
+
+def test_the_atari_package_never_imports_the_trainer_package():
+    for path in (ROOT / "atari").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )
+            assert not any(name.split(".")[0] == "acer_sync" for name in names), f"{path.name} imports {names}"
