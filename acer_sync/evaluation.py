@@ -9,7 +9,7 @@ import torch
 
 from acer_sync.networks import ActorCritic
 from atari.envs import VecEnv
-from atari.episodes import EpisodeTracker
+from atari.episodes import EpisodeTracker, LifeLossActions
 from atari.stacking import FrameStacker
 
 
@@ -27,7 +27,8 @@ def evaluate(
     """Play ``episodes`` full games and return their raw scores.
 
     Actions are sampled from π (with ``generator``, so evaluation leaves the training RNG alone),
-    or its argmax with ``greedy``. Frame stacks are cleared only at a real game start, and rewards
+    or its argmax with ``greedy``; after a lost life a FIRE game plays the same forced actions as
+    in training (:class:`LifeLossActions`). Frame stacks are cleared only at a real game start, and rewards
     are not clipped: this is the evaluation preprocessing, whatever the training used. Each env
     plays a fixed share of the games, so short games are not favoured over long ones. ``on_step``
     runs after the reset and after every env step (play.py records video frames there).
@@ -39,6 +40,7 @@ def evaluate(
     scores: list[float] = []
     tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
     stacker = FrameStacker(n, info.stack, info.frame_shape, info.frame_dtype)
+    life_loss_actions = LifeLossActions(n, info.life_loss_actions)
     frames, lives = env.reset(seed=seed)
     tracker.reset(lives)
     stacker.reset(frames)
@@ -47,8 +49,12 @@ def evaluate(
     while len(scores) < episodes:
         pi = model.policy(torch.from_numpy(stacker.stacked).to(device))
         actions = pi.argmax(-1) if greedy else torch.multinomial(pi, 1, generator=generator).squeeze(-1)
-        frames, raw_rewards, terminated, truncated, lives = env.step(actions.cpu().numpy())
+        actions = actions.cpu().numpy()
+        forced_envs, forced_actions = life_loss_actions.forced()
+        actions[forced_envs] = forced_actions
+        frames, raw_rewards, terminated, truncated, lives = env.step(actions)
         _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
+        life_loss_actions.step(tracker.life_lost, game_over)
         stacker.push(frames, game_over)
         for env_index, score in tracker.finished:
             if played[env_index] < quota[env_index]:

@@ -9,7 +9,7 @@ from acer_sync.buffer import Segment
 from acer_sync.networks import ActorCritic
 from acer_sync.profiling import PhaseTimer
 from atari.envs import VecEnv
-from atari.episodes import EpisodeTracker
+from atari.episodes import EpisodeTracker, LifeLossActions
 from atari.stacking import FrameStacker
 
 
@@ -17,7 +17,8 @@ class Runner:
     """Acts in N envs with π and records what the buffer stores.
 
     The behaviour policy μ recorded for each step is the full probability vector π(·|x_t) the
-    action was sampled from. Frame stacks are kept here (:class:`FrameStacker`) and cleared at
+    action was sampled from; after a lost life in a FIRE game, the actions Baselines plays
+    without the agent (:class:`LifeLossActions`) are stored with a one-hot μ on that action. Frame stacks are kept here (:class:`FrameStacker`) and cleared at
     every training-episode start, so they equal what the buffer rebuilds.
 
     :param env: the vector env.
@@ -42,6 +43,7 @@ class Runner:
         self.stacker = FrameStacker(env.num_envs, info.stack, info.frame_shape, info.frame_dtype)
         self.frames: np.ndarray | None = None
         self.first = np.ones(env.num_envs, dtype=bool)
+        self.life_loss_actions = LifeLossActions(env.num_envs, info.life_loss_actions)
 
     def reset(self, seed: int | None) -> None:
         frames, lives = self.env.reset(seed=seed)
@@ -49,6 +51,7 @@ class Runner:
         self.stacker.reset(frames)
         self.frames = frames
         self.first = np.ones(self.env.num_envs, dtype=bool)
+        self.life_loss_actions.reset()
 
     @torch.inference_mode()
     def act(self, stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,9 +77,13 @@ class Runner:
             firsts[t] = self.first
             with self.timer("acting"):
                 actions[t], mu[t] = self.act(self.stacker.stacked)
+                forced_envs, forced_actions = self.life_loss_actions.forced()
+                actions[t, forced_envs] = forced_actions
+                mu[t, forced_envs] = np.eye(info.n_actions, dtype=np.float32)[forced_actions]
             with self.timer("env"):
                 next_frames, raw_rewards, terminated, truncated, lives = self.env.step(actions[t])
-                rewards[t], dones[t], _ = self.tracker.step(raw_rewards, terminated, truncated, lives)
+                rewards[t], dones[t], game_over = self.tracker.step(raw_rewards, terminated, truncated, lives)
+                self.life_loss_actions.step(self.tracker.life_lost, game_over)
                 self.stacker.push(next_frames, dones[t])
             self.frames = next_frames
             self.first = dones[t]

@@ -62,6 +62,8 @@ class EnvInfo:
     frame_dtype: np.dtype
     stack: int
     n_actions: int
+    #: Actions played after each lost life without the agent choosing them (:class:`atari.episodes.LifeLossActions`).
+    life_loss_actions: tuple[int, ...] = ()
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -100,6 +102,7 @@ def env_info(env_id: str) -> EnvInfo:
     try:
         action_space = env.action_space
         observation_space = env.observation_space
+        action_meanings = env.unwrapped.get_action_meanings() if atari else []
     finally:
         env.close()
     if not isinstance(action_space, gym.spaces.Discrete):
@@ -108,13 +111,28 @@ def env_info(env_id: str) -> EnvInfo:
             "discrete actions only until continuous support lands"
         )
     if atari:
-        return EnvInfo(env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n))
+        return EnvInfo(
+            env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n),
+            life_loss_actions=baselines_life_loss_actions(action_meanings),
+        )
     if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
         raise UserError(
             f"{env_id} has observation space {observation_space}; acer_sync supports Atari frames "
             "and flat vector observations"
         )
     return EnvInfo(env_id, False, tuple(observation_space.shape), np.dtype(np.float32), 1, int(action_space.n))
+
+
+def baselines_life_loss_actions(action_meanings: list[str]) -> tuple[int, ...]:
+    """What Baselines plays after a lost life, before the agent acts again: NOOP, FIRE, action 2.
+
+    ``wrap_deepmind`` puts ``FireResetEnv`` around ``EpisodicLifeEnv``, so the "reset" that
+    follows a life loss steps a no-op (EpisodicLifeEnv), then FIRE and action 2 (FireResetEnv),
+    in games whose action 1 is FIRE (FireResetEnv's own condition). Empty for other games.
+    """
+    if len(action_meanings) >= 3 and action_meanings[1] == "FIRE":
+        return (0, 1, 2)
+    return ()
 
 
 class FireReset(gym.Wrapper):

@@ -32,6 +32,7 @@ class EpisodeTracker:
         self.recent_lengths: deque[int] = deque(maxlen=history)
         self.episodes = 0
         self.finished: list[tuple[int, float]] = []  # (env, raw return) of games ended by the last step
+        self.life_lost = np.zeros(num_envs, dtype=bool)  # envs whose last step lost a life, the game going on
 
     def reset(self, lives: np.ndarray) -> None:
         self.lives = np.asarray(lives, dtype=np.int64).copy()
@@ -56,10 +57,11 @@ class EpisodeTracker:
         self.running_length[game_over] = 0
 
         lives = np.asarray(lives, dtype=np.int64)
+        # After a game over the env has already reset, so lives rising is no life loss.
+        self.life_lost = (lives < self.lives) & ~game_over
         train_dones = game_over.copy()
         if self.life_loss_ends_episode:
-            # After a game over the env has already reset, so lives rising is no life loss.
-            train_dones |= (lives < self.lives) & ~game_over
+            train_dones |= self.life_lost
         self.lives = lives.copy()
         train_rewards = np.sign(raw_rewards) if self.clip_rewards else raw_rewards
         return train_rewards.astype(np.float32), train_dones, game_over
@@ -67,3 +69,41 @@ class EpisodeTracker:
     def mean_return(self) -> float:
         """Mean raw return of the last ``history`` finished games (NaN before the first one)."""
         return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+
+
+class LifeLossActions:
+    """The actions an env plays after each lost life without the agent choosing them.
+
+    Baselines' Atari wrappers play a no-op, FIRE and action 2 after every life loss in a FIRE
+    game, inside the reset that follows the life-loss episode end, so an agent never has to learn
+    to serve again (``EnvInfo.life_loss_actions``). Here these steps go through the vector env like
+    any other step, and whoever acts (the Runner, the evaluation) plays ``forced()`` for the envs
+    that :meth:`forced` names. The Runner stores each such step with its forced action and a
+    one-hot μ: the behaviour really was that deterministic choice, so the off-policy corrections
+    see exactly what happened, and no step is trained on as if the agent had chosen it.
+
+    :param num_envs: N.
+    :param sequence: the actions to play after a life loss, in order (empty: none).
+    """
+
+    def __init__(self, num_envs: int, sequence: tuple[int, ...]):
+        self.sequence = np.asarray(sequence, dtype=np.int64)
+        self.position = np.full(num_envs, len(sequence), dtype=np.int64)  # len(sequence): nothing pending
+
+    def reset(self) -> None:
+        """A new game in every env (its reset already pressed FIRE where the game needs it)."""
+        self.position[:] = len(self.sequence)
+
+    def forced(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(envs, actions)``: the envs that must play a forced action at this step, and those actions."""
+        envs = np.flatnonzero(self.position < len(self.sequence))
+        return envs, self.sequence[self.position[envs]]
+
+    def step(self, life_lost: np.ndarray, game_over: np.ndarray) -> None:
+        """Account one vector step: advance the envs that played a forced action, start the
+        sequence where a life was just lost, and drop it where a new game began."""
+        if not len(self.sequence):
+            return
+        self.position[self.position < len(self.sequence)] += 1
+        self.position[np.asarray(life_lost, dtype=bool)] = 0
+        self.position[np.asarray(game_over, dtype=bool)] = len(self.sequence)

@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,3 +36,16 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     return lines[0]
+
+
+class NeverFire(torch.nn.Module):
+    """A policy that always plays NOOP: on its own it would never serve again after a lost life."""
+
+    def __init__(self, n_actions: int):
+        super().__init__()
+        self.n_actions = n_actions
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        pi = torch.zeros(len(obs), self.n_actions)
+        pi[:, 0] = 1.0
+        return pi

@@ -3,11 +3,14 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from acer_sync.errors import UserError
+from acer_sync.runner import Runner
 from atari.envs import VecEnv, env_info
-from atari.episodes import EpisodeTracker
+from atari.episodes import EpisodeTracker, LifeLossActions
 from atari.stacking import FrameStacker
+from helpers import NeverFire
 
 
 class ActionEchoEnv(gym.Env):
@@ -108,6 +111,73 @@ def test_episode_tracker_life_loss_clipping_and_raw_scores():
     assert d[1] and g[1] and list(tracker.recent_returns) == [-2.0, 11.0]
 
 
+def test_life_loss_actions_follow_a_lost_life_and_stop_at_a_new_game():
+    forced = LifeLossActions(3, (0, 1, 2))
+    none = np.zeros(3, dtype=bool)
+
+    def step(life_lost=none, game_over=none):
+        forced.step(np.asarray(life_lost), np.asarray(game_over))
+        envs, actions = forced.forced()
+        return envs.tolist(), actions.tolist()
+
+    assert step() == ([], [])
+    assert step(life_lost=[False, True, False]) == ([1], [0])  # env 1 lost a life: NOOP first
+    assert step(life_lost=[True, False, False]) == ([0, 1], [0, 1])  # then FIRE; env 0 starts its own
+    assert step(game_over=[True, False, False]) == ([1], [2])  # env 0's game ended: its reset fires
+    assert step() == ([], [])  # env 1 played NOOP, FIRE, 2 and is the agent's again
+    assert step(life_lost=[False, False, True]) == ([2], [0])
+    forced.reset()
+    assert forced.forced()[0].tolist() == []
+    nothing = LifeLossActions(2, ())  # a game without FIRE
+    nothing.step(np.array([True, True]), np.array([False, False]))
+    assert nothing.forced()[0].tolist() == []
+
+
+def test_baselines_life_loss_actions_only_in_fire_games():
+    assert env_info("BreakoutNoFrameskip-v4").life_loss_actions == (0, 1, 2)
+    assert env_info("SeaquestNoFrameskip-v4").life_loss_actions == (0, 1, 2)
+    assert env_info("MsPacmanNoFrameskip-v4").life_loss_actions == ()  # no FIRE in its action set
+    assert env_info("CartPole-v1").life_loss_actions == ()
+
+
+class LifeLossRecorder(EpisodeTracker):
+    """The training view of episodes, also noting which steps lost a life with the game going on."""
+
+    def __init__(self):
+        super().__init__(1, life_loss_ends_episode=True, clip_rewards=True)
+        self.life_lost_at: list[bool] = []
+
+    def step(self, *args):
+        result = super().step(*args)
+        self.life_lost_at.append(bool(self.life_lost[0]))
+        return result
+
+
+@pytest.mark.parametrize("backend", ["ale", "sync"])
+def test_breakout_serves_again_after_a_lost_life_and_stores_what_was_played(backend):
+    info = env_info("BreakoutNoFrameskip-v4")
+    env = VecEnv(info, 1, backend, noop_max=0)
+    tracker = LifeLossRecorder()
+    runner = Runner(env, NeverFire(info.n_actions), torch.device("cpu"), 50, tracker)
+    runner.reset(seed=0)
+    segments = [runner.run() for _ in range(6)]
+    env.close()
+    actions = np.concatenate([segment.actions[:, 0] for segment in segments])
+    mu = np.concatenate([segment.mu[:, 0] for segment in segments])
+    dones = np.concatenate([segment.dones[:, 0] for segment in segments])
+    life_losses = np.flatnonzero(tracker.life_lost_at)
+    # The NOOP policy never serves; only the forced FIRE after each lost life brings the next ball
+    # into play, so it loses every life of its first game and the game ends.
+    assert len(life_losses) == 4 and tracker.episodes == 1
+    assert dones[life_losses].all()  # each life loss ends a training episode
+    forced_steps = np.concatenate([life_losses + k for k in (1, 2, 3)])
+    for t in life_losses:
+        np.testing.assert_array_equal(actions[t + 1 : t + 4], [0, 1, 2])  # Baselines' NOOP, FIRE, action 2
+        np.testing.assert_array_equal(mu[t + 1 : t + 4], np.eye(info.n_actions)[[0, 1, 2]])  # one-hot μ
+    agent_steps = np.setdiff1d(np.arange(len(actions)), forced_steps)
+    assert (actions[agent_steps] == 0).all() and (mu[agent_steps, 0] == 1).all()  # everything else is the agent's
+
+
 def test_frame_stacker_clears_at_episode_start():
     stacker = FrameStacker(2, 3, (1,), np.dtype(np.float32))
     stacker.reset(np.array([[1.0], [1.0]]))
@@ -129,3 +199,27 @@ def test_continuous_actions_are_refused():
 def test_ale_backend_refuses_non_atari():
     with pytest.raises(UserError, match="Atari games only"):
         VecEnv(env_info("CartPole-v1"), 1, "ale")
+
+
+@pytest.mark.parametrize("game, distinct", [("pong", 30), ("breakout", 30), ("seaquest", 24)])
+def test_ale_noop_starts_are_as_varied_as_baselines(game, distinct):
+    """ale-py's vector env starts a game with 0-29 no-op frames and one FIRE frame; Baselines
+    with 1-30 no-op frames, then FIRE and action 2 for 4 frames each. Both give the same number of
+    distinct emulator states (RAM) to start from, so the no-op range changes nothing that matters."""
+    import ale_py
+
+    ale = ale_py.ALEInterface()
+    ale.setInt("random_seed", 0)
+    ale.setFloat("repeat_action_probability", 0.0)
+    ale.loadROM(ale_py.roms.get_rom_path(game))
+    noop, fire, action_2 = ale.getMinimalActionSet()[:3]
+
+    def start_state(actions) -> bytes:
+        ale.reset_game()
+        for action in actions:
+            ale.act(action)
+        return ale.getRAM().tobytes()
+
+    ale_starts = {start_state([noop] * k + [fire]) for k in range(0, 30)}
+    baselines_starts = {start_state([noop] * k + [fire] * 4 + [action_2] * 4) for k in range(1, 31)}
+    assert len(ale_starts) == len(baselines_starts) == distinct

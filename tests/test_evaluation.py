@@ -10,6 +10,7 @@ from acer_sync.evaluation import evaluate
 from acer_sync.learn import Trainer
 from acer_sync.networks import ActorCritic
 from atari.envs import VecEnv, env_info
+from helpers import NeverFire
 
 
 class CountingEnv:
@@ -58,3 +59,15 @@ def test_training_logs_evaluations(tmp_path):
     assert all(int(row["eval_episodes"]) == 4 and float(row["eval_mean"]) > 0 for row in evaluated)
     assert all(float(row["eval_seconds"]) >= 0 for row in evaluated)
     assert float(rows[-1]["time_elapsed"]) > 0
+
+
+def test_evaluation_plays_the_forced_actions_after_a_lost_life():
+    """A policy that never presses FIRE still finishes a Breakout game: after each lost life the
+    evaluation plays Baselines' NOOP, FIRE, action 2, as training does. Without them the ball
+    would never be served again and the game would run to its 108k-frame limit."""
+    info = env_info("BreakoutNoFrameskip-v4")
+    env = VecEnv(info, 1, "ale", noop_max=0)
+    steps = []
+    scores = evaluate(NeverFire(info.n_actions), env, 1, torch.device("cpu"), seed=0, on_step=lambda: steps.append(1))
+    env.close()
+    assert len(scores) == 1 and len(steps) < 1000
