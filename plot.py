@@ -18,7 +18,7 @@ import numpy as np
 
 from acer_sync.cli import OneLineParser
 from acer_sync.errors import UserError, run_cli
-from acer_sync.scores import game_name, human_normalized, published_acer
+from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
 
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
@@ -26,10 +26,19 @@ IGNORED_FOR_GROUPING = (
     "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
 )
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
-USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean")
+USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean", "updates")
 PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"
+BASELINES_LABEL = "Baselines ACER (Atari10M benchmark, 6 runs)"
 FRAMES_PER_ATARI_STEP = 4
-X_LABELS = {"steps": "environment steps", "frames": "frames (4 per step on Atari)", "hours": "wall time (hours)"}
+#: Baselines' gradient updates per agent step: 1 on-policy + 4 replayed per segment of 16 envs x 20
+#: steps (the paper's 16 actors and replay ratio 4), to place its curve on the ``updates`` axis.
+BASELINES_UPDATES_PER_STEP = (1 + 4) / (16 * 20)
+X_LABELS = {
+    "steps": "environment steps", "frames": "frames (4 per step on Atari)", "hours": "wall time (hours)",
+    "updates": "gradient updates (on- and off-policy)",
+}
+#: The progress.csv column each x axis other than steps and frames needs.
+X_COLUMNS = {"hours": "time_elapsed", "updates": "updates"}
 PANEL_INCHES = (8.0, 5.0)
 DPI = 100
 
@@ -147,9 +156,11 @@ def is_atari_id(env_id: str) -> bool:
 
 
 def x_values(run: Run, axis: str) -> np.ndarray:
-    """The x coordinate of each logged row: steps, frames (x4 on Atari) or wall-clock hours."""
+    """The x coordinate of each logged row: steps, frames (x4 on Atari), wall-clock hours or updates."""
     if axis == "hours":
         return run.columns["time_elapsed"] / 3600
+    if axis == "updates":
+        return run.columns["updates"]
     steps = run.columns["total_timesteps"]
     return steps * FRAMES_PER_ATARI_STEP if axis == "frames" and is_atari_id(run.env) else steps
 
@@ -245,6 +256,11 @@ def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Pat
         published = published_acer(env)
         if published is not None:
             panel.axhline(published, color="gray", linestyle="--", linewidth=1, label=PUBLISHED_LABEL)
+        reference = baselines_curve(env)
+        if reference is not None and axis != "hours":
+            steps, returns = np.array(reference[0], dtype=float), reference[1]
+            scale = {"steps": 1, "frames": FRAMES_PER_ATARI_STEP, "updates": BASELINES_UPDATES_PER_STEP}[axis]
+            panel.plot(steps * scale, returns, "s--", color="black", markersize=5, linewidth=0.8, label=BASELINES_LABEL)
         panel.set(title=env, xlabel=X_LABELS[axis], ylabel="episode return (train: mean of last 100)")
         panel.grid(alpha=0.3)
         panel.legend(fontsize="small")
@@ -264,9 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out.parent.is_dir():
         raise UserError(f"cannot write {args.out}: folder {args.out.parent} does not exist")
     runs = [load_run(path) for path in args.run_dirs]
-    untimed = [run for run in runs if "time_elapsed" not in run.columns]
-    if args.x == "hours" and untimed:
-        raise UserError(f"{untimed[0].path}/progress.csv has no time_elapsed column, so --x hours cannot place it; use --x steps")
+    column = X_COLUMNS.get(args.x)
+    lacking = [run for run in runs if column is not None and column not in run.columns]
+    if lacking:
+        raise UserError(f"{lacking[0].path}/progress.csv has no {column} column, so --x {args.x} cannot place it; use --x steps")
     groups = group_runs(runs)
     texts = [distinguishing_text(group, groups) for group in groups]
     draw(groups, texts, args.x, args.smooth, args.out)

@@ -3,6 +3,8 @@
 * Published ACER results: Schulman et al. (2017), *Proximal Policy Optimization Algorithms*,
   arXiv:1707.06347, Appendix B, Table 6 (mean of the last 100 episodes after 10M timesteps,
   i.e. 40M frames).
+* Baselines' ACER learning curves (``baselines_curve``): OpenAI Baselines' Atari10M benchmark,
+  mean of 6 runs, read from the benchmark page's curve data.
 * Random and human reference scores: Mnih et al. (2015), *Human-level control through deep
   reinforcement learning*, Nature 518, doi:10.1038/nature14236, Extended Data Table 2.
 """
@@ -41,6 +43,13 @@ def published_acer(env_id: str) -> float | None:
     """ACER's score in the PPO paper's Table 6 (Schulman et al. 2017, 10M timesteps), or None."""
     game = game_name(env_id)
     return None if game is None else score_table()[game].get("acer_published")
+
+
+def baselines_curve(env_id: str) -> tuple[list[int], list[float]] | None:
+    """Baselines' ACER curve as ``(agent steps, mean 100-episode return)`` points, or None."""
+    game = game_name(env_id)
+    curve = None if game is None else score_table()[game].get("baselines_curve")
+    return None if curve is None else (list(curve["steps"]), list(curve["returns"]))
 
 
 def human_normalized(env_id: str, score: float) -> float | None:

@@ -15,7 +15,7 @@ import pytest
 
 import plot
 from acer_sync.errors import UserError
-from acer_sync.scores import game_name, human_normalized, published_acer
+from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -23,20 +23,23 @@ STEPS_PER_ROW = 32_000
 
 
 def write_run(run_dir: Path, env: str = "PongNoFrameskip-v4", seed: int = 0, lr: float = 7e-4,
-              rows: int = 30, timed: bool = True, evaluated: bool = True, **extra_config) -> Path:
-    """A synthetic run directory: reward = -20 + row/2 + seed (NaN in the first row), eval every 10th row."""
+              rows: int = 30, timed: bool = True, evaluated: bool = True, updates: bool = False, **extra_config) -> Path:
+    """A synthetic run directory: reward = -20 + row/2 + seed (NaN in the first row), eval every
+    10th row, and with ``updates`` 500 gradient updates per row."""
     run_dir.mkdir(parents=True)
     config = {"env": env, "seed": seed, "total_timesteps": 10_000_000, "device": "cpu", "lr": lr, "nsteps": 20, **extra_config}
     payload = {"config": config, "versions": {"python": "3.11"}, "git_commit": "0" * 40, "command": ["train.py", "--env", env]}
     (run_dir / "config.json").write_text(json.dumps(payload))
     header = ["total_timesteps", "fps"] + (["time_elapsed"] if timed else []) + ["mean_episode_reward"]
     header += ["eval_mean", "eval_std", "eval_episodes"] if evaluated else []
+    header += ["updates"] if updates else []
     lines = [",".join(header)]
     for row in range(rows):
         cells = [str((row + 1) * STEPS_PER_ROW), "500"] + ([str(60.0 * (row + 1))] if timed else [])
         cells.append("nan" if row == 0 else str(-20 + row / 2 + seed))
         if evaluated:
             cells += [str(-10 + row + seed), "1.5", "10"] if row % 10 == 9 else ["", "", ""]
+        cells += [str(500 * (row + 1))] if updates else []
         lines.append(",".join(cells))
     (run_dir / "progress.csv").write_text("\n".join(lines) + "\n")
     return run_dir
@@ -112,6 +115,29 @@ def test_smooth_is_a_trailing_mean_that_skips_nan():
     smoothed = plot.smooth(np.array([math.nan, 1.0, 2.0, 3.0, 4.0]), 2)
     np.testing.assert_array_equal(smoothed, [math.nan, 1.0, 1.5, 2.5, 3.5])
     np.testing.assert_array_equal(plot.smooth(np.array([1.0, 5.0]), 1), [1.0, 5.0])
+
+
+def test_updates_axis_places_rows_by_gradient_updates(tmp_path):
+    run = plot.load_run(write_run(tmp_path / "pong", rows=3, updates=True))
+    np.testing.assert_array_equal(plot.x_values(run, "updates"), [500, 1000, 1500])
+    out = tmp_path / "by_updates.png"
+    assert plot.main([str(run.path), "--out", str(out), "--x", "updates"]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_updates_axis_without_an_updates_column_is_a_user_error(tmp_path):
+    run_dir = write_run(tmp_path / "old")
+    with pytest.raises(UserError, match="no updates column, so --x updates cannot place it"):
+        plot.main([str(run_dir), "--out", str(tmp_path / "c.png"), "--x", "updates"])
+
+
+def test_baselines_pong_curve_is_kept_with_its_source():
+    assert baselines_curve("PongNoFrameskip-v4") == (
+        [1_000_000, 2_000_000, 3_000_000, 4_000_000, 6_000_000, 10_000_000], [-20.0, -15.9, 1.5, 12.7, 18.3, 19.5]
+    )
+    assert baselines_curve("BreakoutNoFrameskip-v4") is None and baselines_curve("CartPole-v1") is None
+    sources = json.loads((files("acer_sync") / "data" / "atari_scores.json").read_text())["sources"]
+    assert "benchmarks_atari10M" in sources["baselines_curve"]
 
 
 def test_hours_axis_without_time_elapsed_is_a_user_error(tmp_path):
