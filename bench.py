@@ -35,8 +35,9 @@ from acer_sync.buffer import ReplayBuffer, Segment
 from acer_sync.cli import OneLineParser
 from acer_sync.config import build_config, validate
 from acer_sync.errors import UserError, run_cli
-from acer_sync.learn import Trainer, build_model, package_versions
+from acer_sync.learn import Trainer, build_model
 from acer_sync.optim import RMSpropTF
+from acer_sync.run_metadata import package_versions
 from atari.envs import VecEnv, choose_backend, env_info, is_atari
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).

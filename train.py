@@ -11,7 +11,8 @@ from acer_sync.checkpoint import load_checkpoint
 from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
 from acer_sync.errors import UserError, run_cli
-from acer_sync.learn import RESUMABLE_CHANGES, Trainer, write_config
+from acer_sync.learn import RESUMABLE_CHANGES, Trainer
+from acer_sync.run_metadata import write_config
 from atari.envs import env_info, is_atari
 
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import platform
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +23,7 @@ from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.networks import ActorCritic
 from acer_sync.profiling import PhaseTimer
+from acer_sync.rng_state import capture_rng, restore_rng
 from acer_sync.runner import Runner
 from acer_sync.schedules import learning_rate
 from atari.envs import EnvInfo, EnvWorkerDied, VecEnv, choose_backend
@@ -81,29 +79,6 @@ def resident_memory_mb() -> float:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
     except (OSError, ValueError, IndexError):
         return float("nan")
-
-
-def package_versions() -> dict[str, str]:
-    import ale_py
-    import gymnasium
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "gymnasium": gymnasium.__version__,
-        "ale_py": ale_py.__version__,
-    }
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def build_model(info: EnvInfo, config: Config) -> ActorCritic:
@@ -214,18 +189,9 @@ class Trainer:
         self.tracker.episodes = int(counters["episodes"])
         self.tracker.recent_returns.extend(payload["recent_returns"])
         self.tracker.recent_lengths.extend(payload.get("recent_lengths", []))
-        rng = payload["rng"]
-        random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
-        name, keys, *rest = rng["numpy"]
-        np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
-        torch.set_rng_state(rng["torch"])
-        self.sampler.bit_generator.state = rng["sampler"]
-        if torch.cuda.is_available() and len(rng.get("torch_cuda", [])) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(rng["torch_cuda"])
+        restore_rng(payload["rng"], self.sampler)
 
     def checkpoint_payload(self) -> dict:
-        numpy_state = np.random.get_state()
-        python_state = random.getstate()
         return {
             "config": dataclasses.asdict(self.config),
             "env_id": self.info.env_id,
@@ -243,13 +209,7 @@ class Trainer:
             },
             "recent_returns": list(self.tracker.recent_returns),
             "recent_lengths": list(self.tracker.recent_lengths),
-            "rng": {
-                "python": [python_state[0], list(python_state[1]), python_state[2]],
-                "numpy": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
-                "torch": torch.get_rng_state(),
-                "sampler": self.sampler.bit_generator.state,
-                "torch_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
+            "rng": capture_rng(self.sampler),
         }
 
     def time_elapsed(self) -> float:
@@ -434,13 +394,3 @@ def _accumulate(sums: dict, stats: dict, prefix: str) -> None:
         key = prefix + name
         sums[key] = sums[key] + value.detach() if key in sums else value.detach().clone()
 
-
-def write_config(run_dir: Path, config: Config, argv: list[str]) -> None:
-    payload = {
-        "config": dataclasses.asdict(config),
-        "versions": package_versions(),
-        "git_commit": git_commit(),
-        "command": argv,
-    }
-    with open(run_dir / "config.json", "w") as handle:
-        json.dump(payload, handle, indent=2, default=str)
