@@ -28,10 +28,10 @@ def evaluate(
 
     Actions are sampled from π (with ``generator``, so evaluation leaves the training RNG alone),
     or its argmax with ``greedy``; after a lost life a FIRE game plays the same forced actions as
-    in training (:class:`LifeLossActions`). Frame stacks are cleared only at a real game start, and rewards
-    are not clipped: this is the evaluation preprocessing, whatever the training used. Each env
-    plays a fixed share of the games, so short games are not favoured over long ones. ``on_step``
-    runs after the reset and after every env step (play.py records video frames there).
+    in training (:class:`LifeLossActions`). Frame stacks are cleared only at a real game start,
+    and rewards are not clipped: this is the evaluation preprocessing, whatever the training used.
+    Each env plays a fixed share of the games, so short games are not favoured over long ones.
+    ``on_step`` runs after the reset and after every env step (play.py records video frames there).
     """
     info = env.info
     n = env.num_envs

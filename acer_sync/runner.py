@@ -18,8 +18,9 @@ class Runner:
 
     The behaviour policy μ recorded for each step is the full probability vector π(·|x_t) the
     action was sampled from; after a lost life in a FIRE game, the actions Baselines plays
-    without the agent (:class:`LifeLossActions`) are stored with a one-hot μ on that action. Frame stacks are kept here (:class:`FrameStacker`) and cleared at
-    every training-episode start, so they equal what the buffer rebuilds.
+    without the agent (:class:`LifeLossActions`) are stored with a one-hot μ on that action.
+    Frame stacks are kept here (:class:`FrameStacker`) and cleared at every training-episode
+    start, so they equal what the buffer rebuilds.
 
     :param env: the vector env.
     :param model: the online network (read only here).
