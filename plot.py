@@ -1,8 +1,11 @@
 """Plot learning curves: ``python plot.py RUN_DIR [RUN_DIR ...] --out curves.png --x frames --smooth 5``.
 
-Runs of one env whose configs differ only in ``seed``, ``total_timesteps`` or ``device`` form a group,
+Runs of one env whose configs differ only in ``seed``, ``total_timesteps`` or bookkeeping form a group,
 drawn as the seed mean with a min-max band, eval means as markers, one panel per env, and a dashed
 line at ACER's published score (:mod:`acer_sync.scores`). One summary line per group is printed.
+
+Of several paths, those that are not run directories (no ``progress.csv``) are skipped, so
+``plot.py runs/<sweep>/*`` passes over the sweep's ``summary.md`` and Ray Tune's own files.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from acer_sync.scores import baselines_curve, game_name, human_normalized, publi
 
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
-    "seed", "total_timesteps", "device", "vec_env", "compile", "log_interval", "checkpoint_every",
+    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "checkpoint_every",
     "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
 )
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
@@ -121,6 +124,20 @@ def load_run(path: Path) -> Run:
     columns = read_progress(path / "progress.csv")
     config = read_config(path / "config.json")
     return Run(path, config["env"], config, columns)
+
+
+def run_directories(paths: list[Path]) -> list[Path]:
+    """``paths`` as given when there is one; of several (a shell glob such as ``runs/<sweep>/*``),
+    the run directories, those holding a ``progress.csv``. None among several is a UserError."""
+    if len(paths) == 1:
+        return paths
+    runs = [path for path in paths if (path / "progress.csv").is_file()]
+    if not runs:
+        raise UserError(f"none of the {len(paths)} paths given is a run directory (with a progress.csv)")
+    skipped = [path.name for path in paths if path not in runs]
+    if skipped:
+        print(f"skipped {len(skipped)} path(s) that are not run directories: {', '.join(skipped)}")
+    return runs
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--smooth must be >= 1")
     if not args.out.parent.is_dir():
         raise UserError(f"cannot write {args.out}: folder {args.out.parent} does not exist")
-    runs = [load_run(path) for path in args.run_dirs]
+    runs = [load_run(path) for path in run_directories(args.run_dirs)]
     column = X_COLUMNS.get(args.x)
     lacking = [run for run in runs if column is not None and column not in run.columns]
     if lacking:

@@ -41,6 +41,7 @@ class Config:
     buffer_size: int = _f(50_000, "replay capacity in steps per env")
     replay_ratio: float = _f(4.0, "mean of the Poisson number of off-policy updates per on-policy one")
     replay_start: int = _f(10_000, "steps per env stored before replay begins")
+    threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
     compile: bool = _f(False, "compile the network's training forward pass with torch.compile (slower start, faster updates)")
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
     log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
@@ -134,6 +135,7 @@ def validate(config: Config) -> list[str]:
     need(config.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
     need(config.max_nonfinite >= 1, "--max-nonfinite must be >= 1")
     need(config.seed >= 0, "--seed must be >= 0")
+    need(config.threads >= 0, "--threads must be >= 0 (0: torch's default)")
     need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
     need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")
     try:

@@ -7,8 +7,10 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -35,7 +37,7 @@ EXIT_ENV_DIED = 3
 EXIT_NONFINITE = 4
 BUFFER_FILE = "buffer.npz"
 #: Config fields that may differ between a run and its resume.
-RESUMABLE_CHANGES = ("total_timesteps", "device")
+RESUMABLE_CHANGES = ("total_timesteps", "device", "threads")
 
 
 def select_device(name: str) -> torch.device:
@@ -86,13 +88,19 @@ def build_model(info: EnvInfo, config: Config) -> ActorCritic:
 
 
 class GracefulStop:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second SIGINT stops at once."""
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second SIGINT stops at once.
+
+    Python lets only the main thread install signal handlers. Elsewhere (a Ray Tune trial runs the
+    Trainer in a worker thread) it installs none and the signals keep their owner's handling.
+    """
 
     def __init__(self):
         self.signal_name: str | None = None
         self._previous = {}
 
     def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -118,16 +126,25 @@ class Trainer:
     :param resume: a loaded checkpoint to continue from, or None.
     :param progress_bar: show a tqdm bar.
     :param timer: times the phases of each iteration (bench.py); off in training.
+    :param on_progress: called with each progress row, after it is written to ``progress.csv``.
+    :param on_checkpoint: called with the path of ``latest.pt`` after each checkpoint is written.
+        These two hooks let a driver such as a Ray Tune trial follow the run; the Trainer knows
+        nothing of the driver.
     """
 
     def __init__(
         self, config: Config, info: EnvInfo, run_dir: Path, resume: dict | None = None, progress_bar: bool = True,
-        timer: PhaseTimer | None = None,
+        timer: PhaseTimer | None = None, on_progress: Callable[[dict], None] | None = None,
+        on_checkpoint: Callable[[Path], None] | None = None,
     ):
         self.config = config
         self.info = info
         self.run_dir = run_dir
         self.progress_bar = progress_bar
+        self.on_progress = on_progress
+        self.on_checkpoint = on_checkpoint
+        if config.threads:
+            torch.set_num_threads(config.threads)
         self.device = select_device(config.device)
         self.timer = timer or PhaseTimer(enabled=False, device=self.device)
         random.seed(config.seed)
@@ -162,7 +179,7 @@ class Trainer:
         )
         if resume is not None:
             print(f"resuming at step {self.timesteps}: {self._load_buffer()}", flush=True)
-        self.env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env))
+        self.env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads)
         self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker, self.timer)
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
         self.logger = Logger(run_dir)
@@ -221,7 +238,7 @@ class Trainer:
         cfg = self.config
         start = time.perf_counter()
         if self.eval_env is None:
-            self.eval_env = VecEnv(self.info, min(cfg.eval_episodes, cfg.num_envs), self.env.backend)
+            self.eval_env = VecEnv(self.info, min(cfg.eval_episodes, cfg.num_envs), self.env.backend, num_threads=cfg.threads)
         scores = evaluate(
             self.model, self.eval_env, cfg.eval_episodes, self.device, greedy=cfg.eval_greedy,
             seed=cfg.seed + 1_000_003 * (1 + self.timesteps // max(cfg.eval_every, 1)), generator=self.eval_generator,
@@ -248,6 +265,8 @@ class Trainer:
                 atomic_write(directory / BUFFER_FILE, lambda handle: np.savez(handle, **self.buffer.state()))
             except OSError as error:
                 raise UserError(f"cannot write the replay buffer to {directory / BUFFER_FILE}: {error.strerror or error}") from None
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(directory / LATEST)
 
     def _load_buffer(self) -> str:
         """Restore the buffer saved beside the checkpoint, if any; says what happened."""
@@ -349,6 +368,8 @@ class Trainer:
             row = self._progress_row(self.sums, self.counts, self.interval_steps / max(elapsed, 1e-9), lr)
             row.update(evaluation)
             self.logger.log(row)
+            if self.on_progress is not None:
+                self.on_progress(row)
             bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
             self._reset_interval()
         if self.timesteps >= self.next_checkpoint and self.agent.nonfinite_streak == 0:

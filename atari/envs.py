@@ -188,10 +188,12 @@ class VecEnv:
     ``reset() -> frames`` and ``step(actions) -> (frames, raw_rewards, terminated, truncated,
     lives)``, all numpy arrays with the env on the first axis. ``lives`` is 0 for games without
     lives and for non-Atari envs. ``noop_max`` 0 makes Atari resets deterministic (for tests).
+    ``num_threads`` caps the ALE backend's threads (0: one per env, up to the core count).
     """
 
     def __init__(
-        self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None, noop_max: int = NOOP_MAX
+        self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None, noop_max: int = NOOP_MAX,
+        num_threads: int = 0,
     ):
         self.info = info
         self.num_envs = num_envs
@@ -205,7 +207,7 @@ class VecEnv:
             self.env = AtariVectorEnv(
                 kwargs["game"],
                 num_envs,
-                num_threads=min(num_envs, os.cpu_count() or 1),
+                num_threads=min(num_envs, num_threads or os.cpu_count() or 1),
                 max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108_000),
                 repeat_action_probability=kwargs.get("repeat_action_probability", 0.0),
                 full_action_space=kwargs.get("full_action_space", False),

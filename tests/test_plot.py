@@ -223,3 +223,16 @@ def test_bad_run_dir_is_one_line_error_with_exit_code_2(tmp_path, make_run_dir, 
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("plot.py: error: ")
     assert message in result.stderr
     assert not (tmp_path / "c.png").exists()
+
+
+def test_a_glob_of_a_sweep_directory_skips_what_is_not_a_run(tmp_path, capsys):
+    runs = [write_run(tmp_path / "sweep" / f"CartPole-v1_seed{seed}", env="CartPole-v1", seed=seed) for seed in (0, 1)]
+    (tmp_path / "sweep" / "summary.md").write_text("| env |\n")
+    (tmp_path / "sweep" / "tune").mkdir()
+    paths = sorted((tmp_path / "sweep").glob("*"))
+    assert plot.run_directories(paths) == runs
+    assert "skipped 2 path(s) that are not run directories: summary.md, tune" in capsys.readouterr().out
+    with pytest.raises(UserError, match="none of the 2 paths given is a run directory"):
+        plot.run_directories([tmp_path / "sweep" / "summary.md", tmp_path / "sweep" / "tune"])
+    with pytest.raises(UserError, match="has no progress.csv"):
+        plot.load_run(plot.run_directories([tmp_path / "sweep" / "tune"])[0])
