@@ -10,6 +10,7 @@ from pathlib import Path
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
+from acer_sync.config_file import load_config_file
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer
 from acer_sync.run_metadata import write_config
@@ -21,8 +22,9 @@ def parse_args(argv: list[str]):
         prog="train.py",
         description="Train ACER (Wang et al. 2017) on a gymnasium env. Atari ids get Baselines' "
         "defaults; other envs (CartPole-v1, Acrobot-v1, LunarLander-v3, ...) get the classic-control "
-        "preset. Every flag overrides its preset value.",
+        "preset. --config FILE.yaml overrides the preset, and every flag overrides both.",
     )
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
     parser.add_argument("--run-dir", type=Path, default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
     parser.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     overrides = config_overrides(args)
+    if args.config is not None:
+        overrides = {**load_config_file(args.config), **overrides}
     if args.resume is not None:
         if args.run_dir is not None and args.run_dir != args.resume:
             raise UserError("give either --resume RUN_DIR or --run-dir, not both")

@@ -1,0 +1,71 @@
+"""Config files: a YAML mapping of Config settings, by their field names.
+
+``train.py --config FILE.yaml`` reads one, and a sweep's ``settings`` use the same keys and the
+same checks (:func:`check_setting`). A flag overrides the file; the file overrides the preset.
+Every mistake is a one-line :class:`UserError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import yaml
+
+from acer_sync.config import fields
+from acer_sync.errors import UserError
+
+#: The YAML type each kind of Config field accepts (a float field also takes an integer).
+ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def field_types() -> dict[str, str]:
+    """Each Config field's type name (``"int"``, ``"float"``, ``"bool"`` or ``"str"``)."""
+    return {f.name: f.type if isinstance(f.type, str) else f.type.__name__ for f in fields()}
+
+
+def check_setting(name: str, value, source: str):
+    """``value`` as Config field ``name`` holds it, or a UserError saying what is wrong in ``source``."""
+    types = field_types()
+    if name not in types:
+        raise UserError(f"{source}: unknown setting {name!r}; settings are train.py's config names, such as replay_ratio")
+    kind = types[name]
+    # bool is a subclass of int in Python, but `total_timesteps: true` is a mistake.
+    if isinstance(value, bool) != (kind == "bool") or not isinstance(value, ACCEPTED_TYPES[kind]):
+        raise UserError(f"{source}: {name} must be {TYPE_NAMES[kind]}, got {value!r}")
+    if kind == "float":
+        value = float(value)
+        if math.isnan(value) or (math.isinf(value) and name != "c"):
+            raise UserError(f"{source}: {name} must be a finite number, got {value!r}")
+    choices = next(f.metadata.get("choices") for f in fields() if f.name == name)
+    if choices and value not in choices:
+        raise UserError(f"{source}: {name} must be one of {', '.join(c for c in choices if c)}, got {value!r}")
+    return value
+
+
+def read_yaml_mapping(path: Path) -> dict:
+    """The top-level mapping of the YAML file at ``path``; a one-line UserError otherwise."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        payload = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    if payload is None:
+        return {}
+    if not isinstance(payload, dict):
+        raise UserError(f"{path}: expected a mapping of settings (key: value lines), got {type(payload).__name__}")
+    return payload
+
+
+def load_config_file(path: Path) -> dict:
+    """The settings of a ``--config`` file, checked: ``{field name: value}``."""
+    return {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
