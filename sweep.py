@@ -1,0 +1,61 @@
+"""Run many trainings as one sweep on Ray Tune: ``python sweep.py configs/pong-seeds.yaml``.
+
+The YAML file names the sweep, its envs, seeds, settings (a list is a grid axis) and the resources
+of one trial (see :mod:`sweeps.spec` and ``configs/``). Every trial is a normal run in
+``runs/<sweep>/<trial>/``. Running the same command again continues the sweep: finished trials
+are kept, unfinished ones resume from their checkpoints. ``--address auto`` joins an existing Ray
+cluster instead of starting Ray on this machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from acer_sync.cli import OneLineParser
+from acer_sync.errors import EXIT_INTERRUPTED, UserError, run_cli
+from sweeps.spec import load_sweep
+
+#: Exit code when some trial failed for good (after its restarts); the others ran to the end.
+EXIT_TRIAL_FAILED = 1
+
+
+def parse_args(argv: list[str]):
+    parser = OneLineParser(
+        prog="sweep.py",
+        description="Run a sweep of ACER trainings (envs x seeds x a grid of settings) on Ray Tune. "
+        "Run the same command again to continue an interrupted sweep.",
+    )
+    parser.add_argument("sweep_file", type=Path, metavar="FILE.yaml", help="the sweep file (see configs/cartpole-rr.yaml)")
+    parser.add_argument("--address", default=None, help="join the Ray cluster at this address ('auto': the one this machine belongs to); default: start Ray here")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="trials go to RUNS_DIR/<sweep>/<trial>/ (default: runs)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    sweep = load_sweep(args.sweep_file)
+    if ".." in args.runs_dir.parts:
+        raise UserError(f"--runs-dir {args.runs_dir} contains '..'; give the directory without parent references")
+    print(f"sweep {sweep.name}: {len(sweep.trials)} trials, {sweep.cpus} CPU and {sweep.gpus:g} GPU each, "
+          f"in {args.runs_dir / sweep.name}", flush=True)
+
+    from sweeps.launch import run_sweep
+    from sweeps.summary import write_summary
+
+    outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address)
+    summary = write_summary(sweep, (args.runs_dir / sweep.name).resolve(), outcomes)
+    print(f"wrote {summary}", flush=True)
+    failed = [outcome for outcome in outcomes if outcome.status == "failed"]
+    for outcome in failed:
+        print(f"sweep.py: error: trial {outcome.name} failed: {outcome.error}", file=sys.stderr, flush=True)
+    unfinished = [outcome for outcome in outcomes if outcome.status == "unfinished"]
+    if unfinished:
+        print(f"sweep.py: interrupted with {len(unfinished)} trial(s) unfinished; run the same command again to continue",
+              file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    return EXIT_TRIAL_FAILED if failed else 0
+
+
+if __name__ == "__main__":
+    run_cli(main, "sweep.py")

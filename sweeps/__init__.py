@@ -1,0 +1,1 @@
+"""The sweep launcher behind sweep.py: sweep files, the Ray Tune trial, the Tuner, the summary."""

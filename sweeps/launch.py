@@ -1,0 +1,176 @@
+"""Running a sweep on Ray Tune: start or join Ray, set up the Tuner (or restore it), report trials.
+
+Layout under ``runs/<sweep>/``: one run directory per trial (``<trial>/``, as ``train.py`` writes
+it), ``sweep.json`` (the expanded sweep, to tell a rerun of the same sweep from another one),
+``tune/`` (Tune's experiment state, which ``Tuner.restore`` continues from) and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray import tune
+from ray.tune import CheckpointConfig, CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
+
+from acer_sync.errors import UserError
+from sweeps.spec import Sweep, sweep_record
+from sweeps.trial import run_trial
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TUNE_DIR = "tune"
+RECORD_FILE = "sweep.json"
+#: Shipped to the cluster's workers with ``--address``; the runs stay where they are.
+CODE_EXCLUDES = ["runs/", ".git/", ".venv/", "*.png", "__pycache__/"]
+STATUS_SECONDS = 30
+ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed)\b.*?: .+")
+MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How a trial ended in this run of the sweep: ``finished``, ``failed`` (with why) or ``unfinished``."""
+
+    name: str
+    status: str
+    error: str = ""
+
+
+def one_line(error_text: str) -> str:
+    """The line of a Ray/Tune error report that says what went wrong (the last ``XError: message``)."""
+    lines = [line.strip() for line in str(error_text).splitlines() if line.strip()]
+    matches = [line for line in lines if ERROR_LINE.match(line)]
+    line = matches[-1] if matches else (lines[0] if lines else "unknown error")
+    return line[:MAX_ERROR_CHARS]
+
+
+def quiet_ray() -> None:
+    """Keep Ray's and Tune's INFO and WARNING lines off the terminal: only errors, and our own lines."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's classic status table (CLIReporter)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "3600")
+    for name in ("ray", "ray.tune", "ray.train", "ray.air", "ray.data"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def start_ray(address: str | None) -> None:
+    """Join the Ray cluster at ``address``, or start a local Ray with this machine's cores."""
+    options = dict(log_to_driver=False, include_dashboard=False, configure_logging=True, logging_level=logging.ERROR)
+    try:
+        if address is None:
+            ray.init(num_cpus=os.cpu_count(), **options)
+        else:
+            runtime_env = {"working_dir": str(REPO_ROOT), "excludes": CODE_EXCLUDES}
+            ray.init(address=address, runtime_env=runtime_env, **options)
+    except ConnectionError as error:
+        raise UserError(f"cannot reach a Ray cluster at --address {address}: {one_line(str(error))}") from None
+    quiet_ray()
+
+
+def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
+    """Refuse to continue ``sweep_dir`` with a sweep file that expands to other trials or resources."""
+    record_path = sweep_dir / RECORD_FILE
+    record = json.loads(json.dumps(sweep_record(sweep), default=str))
+    if record_path.is_file():
+        saved = json.loads(record_path.read_text())
+        if saved != record:
+            changed = sorted(key for key in record if saved.get(key) != record[key])
+            raise UserError(
+                f"{sweep_dir} holds sweep {saved.get('name')!r} run from a different file (its {', '.join(changed)} differ); "
+                "give the sweep another name, or restore the file it was started with"
+            )
+    else:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(record, indent=2))
+
+
+def trial_name(trial) -> str:
+    return trial.config["trial"]["name"]
+
+
+class TrialLines(tune.Callback):
+    """Prints one line per finished, restarted or failed trial."""
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        steps, mean = result.get("total_timesteps"), result.get("mean_episode_reward")
+        detail = f": {steps} steps, final 100-episode mean {mean:.2f}" if isinstance(mean, float) else ""
+        print(f"finished {trial_name(trial)}{detail}", flush=True)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        print(f"trial {trial_name(trial)} died ({one_line(trial.get_error() or 'no error text')}); "
+              "restarting it from its last checkpoint", flush=True)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        print(f"trial {trial_name(trial)} failed for good: {one_line(trial.get_error() or 'no error text')}", flush=True)
+
+
+def final_steps(run_dir: Path) -> int:
+    """The step count of the last row of a run's ``progress.csv`` (0 if it has none)."""
+    try:
+        with open(run_dir / "progress.csv", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        return int(float(rows[-1]["total_timesteps"])) if rows else 0
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path) -> Tuner:
+    """A new Tuner for ``sweep``, or the saved one restored when ``sweep_dir`` already holds it."""
+    trainable = tune.with_resources(run_trial, {"cpu": sweep.cpus, "gpu": sweep.gpus})
+    experiment = sweep_dir / TUNE_DIR
+    if Tuner.can_restore(str(experiment)):
+        print(f"continuing the sweep in {sweep_dir}: finished trials are kept, unfinished ones resume", flush=True)
+        return Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
+    trials = [
+        {"name": trial.name, "run_dir": str(sweep_dir / trial.name), "sweep_file": str(sweep_file), "config": dataclasses.asdict(trial.config)}
+        for trial in sweep.trials
+    ]
+    reporter = CLIReporter(
+        metric_columns={"total_timesteps": "steps", "mean_episode_reward": "mean return", "fps": "steps/s"},
+        parameter_columns={f"trial/config/{name}": name for name in ("seed", *sweep.grid_axes)},
+        max_report_frequency=STATUS_SECONDS, max_column_length=40,
+    )
+    return Tuner(
+        trainable,
+        param_space={"trial": tune.grid_search(trials)},
+        tune_config=TuneConfig(trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+        run_config=RunConfig(
+            name=TUNE_DIR,
+            storage_path=str(sweep_dir),
+            failure_config=FailureConfig(max_failures=sweep.failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+            progress_reporter=reporter,
+            callbacks=[TrialLines()],
+            verbose=1,
+        ),
+    )
+
+
+def run_sweep(sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | None) -> list[TrialOutcome]:
+    """Run (or continue) ``sweep`` under ``runs_dir/<name>/``; how each trial ended."""
+    sweep_dir = (runs_dir / sweep.name).resolve()
+    check_same_sweep(sweep, sweep_dir)
+    quiet_ray()
+    start_ray(address)
+    try:
+        results = make_tuner(sweep, sweep_file.resolve(), sweep_dir).fit()
+        errors = {result.config["trial"]["name"]: result.error for result in results if result.error is not None}
+    finally:
+        ray.shutdown()
+    outcomes = []
+    for trial in sweep.trials:
+        if trial.name in errors:
+            outcomes.append(TrialOutcome(trial.name, "failed", one_line(str(errors[trial.name]))))
+        elif final_steps(sweep_dir / trial.name) >= trial.config.total_timesteps:
+            outcomes.append(TrialOutcome(trial.name, "finished"))
+        else:
+            outcomes.append(TrialOutcome(trial.name, "unfinished"))
+    return outcomes

@@ -1,0 +1,98 @@
+"""One sweep trial: the Ray Tune function trainable that runs the Trainer in its own process.
+
+The trial is a normal run in its run directory (``config.json``, ``progress.csv``, ``tb/``,
+``checkpoints/``), as ``train.py`` would write it. Each progress row goes to Tune through the
+Trainer's ``on_progress`` hook, and each checkpoint, through ``on_checkpoint``, becomes the
+trial's Tune checkpoint. A trial that starts again after its process died, or after the sweep was
+interrupted, resumes from the run directory's ``latest.pt``; where the run directory does not
+hold one (a trial moved to another machine of a cluster) it resumes from the Tune checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ray import tune
+
+from acer_sync.checkpoint import LATEST, load_checkpoint
+from acer_sync.config import Config
+from acer_sync.errors import EXIT_INTERRUPTED
+from acer_sync.learn import EXIT_ENV_DIED, EXIT_NONFINITE, RESUMABLE_CHANGES, Trainer
+from acer_sync.run_metadata import write_config
+from atari.envs import env_info
+
+
+EXIT_REASONS = {
+    EXIT_ENV_DIED: "an env worker process died",
+    EXIT_NONFINITE: "too many non-finite updates in a row",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+
+class TrialFailed(RuntimeError):
+    """The Trainer stopped with a non-zero exit code."""
+
+
+def resume_payload(run_dir: Path) -> dict | None:
+    """The checkpoint to continue from: the run directory's own, else Tune's, else None."""
+    latest = run_dir / "checkpoints" / LATEST
+    if not latest.is_file():
+        tune_checkpoint = tune.get_checkpoint()
+        if tune_checkpoint is None:
+            return None
+        latest.parent.mkdir(parents=True, exist_ok=True)
+        with tune_checkpoint.as_directory() as directory:
+            shutil.copyfile(Path(directory) / LATEST, latest)
+    return load_checkpoint(run_dir)
+
+
+def resumed_config(config: Config, payload: dict) -> Config:
+    """The saved run's config, with what a resume may change (run length, device, threads) from the sweep."""
+    saved = Config(**payload["config"])
+    return dataclasses.replace(saved, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+
+
+class TuneReporter:
+    """The Trainer's hooks: each progress row, and each checkpoint with the last row, go to Tune."""
+
+    def __init__(self):
+        self.last_row: dict = {}
+
+    def on_progress(self, row: dict) -> None:
+        self.last_row = dict(row)
+        tune.report(self.last_row)
+
+    def on_checkpoint(self, path: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="acer-checkpoint-") as directory:
+            try:
+                os.link(path, Path(directory) / LATEST)
+            except OSError:
+                shutil.copyfile(path, Path(directory) / LATEST)
+            tune.report(self.last_row, checkpoint=tune.Checkpoint.from_directory(directory))
+
+
+def run_trial(tune_config: dict) -> None:
+    """Tune's entry point: ``tune_config["trial"]`` holds the trial's ``name``, ``run_dir`` (absolute),
+    ``config`` (a Config as a dict) and ``sweep_file``."""
+    trial = tune_config["trial"]
+    config = Config(**trial["config"])
+    run_dir = Path(trial["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    payload = resume_payload(run_dir)
+    if payload is None:
+        write_config(run_dir, config, ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"])
+    else:
+        config = resumed_config(config, payload)
+    reporter = TuneReporter()
+    trainer = Trainer(
+        config, env_info(config.env), run_dir, resume=payload, progress_bar=False,
+        on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint,
+    )
+    exit_code = trainer.train()
+    if exit_code != 0:
+        reason = EXIT_REASONS.get(exit_code, "see the Ray worker log")
+        raise TrialFailed(f"the trainer stopped with exit code {exit_code} ({reason})")
