@@ -1,0 +1,292 @@
+"""sweep.py on a local Ray limited to this machine's cores, sweep files, and train.py --config.
+
+One sweep of 2 CartPole trials (seeds 0 and 1) serves several tests (a module-scoped fixture):
+seed 1's trial is killed with SIGKILL once it has a checkpoint, and Tune restarts it; once seed 0
+has finished, the sweep is interrupted with SIGINT (seed 1's restarted trial is held with SIGSTOP
+meanwhile, so it is sure to be unfinished), and the same command is run again to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from acer_sync.config import build_config
+from acer_sync.config_file import load_config_file
+from acer_sync.errors import UserError
+from sweeps.spec import load_sweep
+from helpers import ROOT, one_line_error, read_progress
+
+TOTAL_STEPS = 16_000
+STEPS_PER_ROW = 4 * 20 * 5  # num_envs x nsteps x log_interval
+SWEEP_YAML = f"""\
+name: pair
+envs: [CartPole-v1]
+seeds: [0, 1]
+settings:
+  total_timesteps: {TOTAL_STEPS}
+  num_envs: 4
+  vec_env: sync
+  log_interval: 5
+  checkpoint_every: 800
+  eval_every: 8000
+  eval_episodes: 2
+trial: {{cpus: 1, gpus: 0}}
+"""
+SEED0, SEED1 = "CartPole-v1_seed0", "CartPole-v1_seed1"
+WAIT_SECONDS = 180
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, log: Path):
+    """Poll ``condition()`` until it returns something truthy; fail if the sweep exits first."""
+    deadline = time.time() + WAIT_SECONDS
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        if process.poll() is not None:
+            pytest.fail(f"sweep.py exited ({process.returncode}) before {what}:\n{log.read_text()}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
+
+
+def trial_pids(sweep_dir: Path, trial: str) -> list[int]:
+    """The process ids that reported results for ``trial``, from Tune's result.json, in order."""
+    path = sweep_dir / "tune" / trial / "result.json"
+    pids = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                pid = json.loads(line)["pid"]
+            except (ValueError, KeyError):
+                continue
+            if pid not in pids:
+                pids.append(pid)
+    return pids
+
+
+def start_sweep(sweep_file: Path, runs_dir: Path, log: Path) -> subprocess.Popen:
+    with open(log, "w") as handle:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "sweep.py"), str(sweep_file), "--runs-dir", str(runs_dir)],
+            cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, text=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def sweep_scenario(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    sweep_file, runs_dir, log = root / "pair.yaml", root / "runs", root / "first.log"
+    sweep_file.write_text(SWEEP_YAML)
+    sweep_dir = runs_dir / "pair"
+    process = start_sweep(sweep_file, runs_dir, log)
+    held_pid = None
+    try:
+        killed_pid = wait_for(
+            lambda: (sweep_dir / SEED1 / "checkpoints" / "latest.pt").is_file() and trial_pids(sweep_dir, SEED1)[-1:],
+            "seed 1 has a checkpoint", process, log,
+        )[0]
+        steps_before_kill = int(read_progress(sweep_dir / SEED1)[-1]["total_timesteps"])
+        os.kill(killed_pid, signal.SIGKILL)
+        held_pid = wait_for(
+            lambda: [pid for pid in trial_pids(sweep_dir, SEED1) if pid != killed_pid], "seed 1 restarted", process, log,
+        )[0]
+        os.kill(held_pid, signal.SIGSTOP)
+        wait_for(lambda: f"finished {SEED0}" in log.read_text(), "seed 0 finished", process, log)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if held_pid is not None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(held_pid, sig)
+                except ProcessLookupError:
+                    pass
+    seed0_after_first = (sweep_dir / SEED0 / "progress.csv").read_bytes()
+    seed1_steps_after_first = int(read_progress(sweep_dir / SEED1)[-1]["total_timesteps"])
+    second = subprocess.run(
+        [sys.executable, str(ROOT / "sweep.py"), str(sweep_file), "--runs-dir", str(runs_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    return dict(
+        sweep_dir=sweep_dir, first_code=process.returncode, first_log=log.read_text(), second=second,
+        killed_pid=killed_pid, steps_before_kill=steps_before_kill, seed0_after_first=seed0_after_first,
+        seed1_steps_after_first=seed1_steps_after_first,
+    )
+
+
+def test_sweep_runs_to_the_end_as_normal_runs_that_plot_draws(sweep_scenario, tmp_path):
+    second, sweep_dir = sweep_scenario["second"], sweep_scenario["sweep_dir"]
+    assert second.returncode == 0, second.stdout + second.stderr
+    for trial in (SEED0, SEED1):
+        run_dir = sweep_dir / trial
+        for name in ("config.json", "progress.csv", "tb", "checkpoints/latest.pt"):
+            assert (run_dir / name).exists(), (trial, name)
+        assert int(read_progress(run_dir)[-1]["total_timesteps"]) == TOTAL_STEPS
+        assert json.loads((run_dir / "config.json").read_text())["config"]["threads"] == 1
+    summary = (sweep_dir / "summary.md").read_text()
+    assert "## CartPole-v1" in summary and "CartPole-v1_seeds: mean of 2 seeds" in summary
+    assert summary in second.stdout
+    out = tmp_path / "curves.png"
+    paths = sorted(str(path) for path in sweep_dir.glob("*"))  # as the shell expands runs/pair/*
+    plotted = subprocess.run([sys.executable, "plot.py", *paths, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert plotted.returncode == 0, plotted.stderr
+    assert out.stat().st_size > 0
+    assert "CartPole-v1 (2 seeds)" in plotted.stdout
+
+
+def test_killed_trial_restarts_from_its_checkpoint_and_keeps_counting(sweep_scenario):
+    log = sweep_scenario["first_log"]
+    assert f"trial {SEED1} died (" in log and "restarting it from its last checkpoint" in log
+    steps = [int(row["total_timesteps"]) for row in read_progress(sweep_scenario["sweep_dir"] / SEED1)]
+    restarts = [index for index in range(1, len(steps)) if steps[index] <= steps[index - 1]]
+    assert restarts, steps
+    # The first row after the restart continues from a checkpoint, not from step 0.
+    assert steps[restarts[0]] > STEPS_PER_ROW, steps
+    assert steps[restarts[0]] <= sweep_scenario["steps_before_kill"] + STEPS_PER_ROW
+    assert steps[-1] == TOTAL_STEPS
+
+
+def test_interrupted_sweep_continues_without_rerunning_finished_trials(sweep_scenario):
+    assert sweep_scenario["first_code"] == 130, sweep_scenario["first_log"]
+    assert "run the same command again to continue" in sweep_scenario["first_log"]
+    second, sweep_dir = sweep_scenario["second"], sweep_scenario["sweep_dir"]
+    assert "continuing the sweep" in second.stdout
+    assert f"finished {SEED0}" not in second.stdout and f"finished {SEED1}" in second.stdout
+    assert (sweep_dir / SEED0 / "progress.csv").read_bytes() == sweep_scenario["seed0_after_first"]
+    assert sweep_scenario["seed1_steps_after_first"] < TOTAL_STEPS
+
+
+def test_no_traceback_reaches_the_terminal(sweep_scenario):
+    assert "Traceback" not in sweep_scenario["first_log"]
+    assert "Traceback" not in sweep_scenario["second"].stdout + sweep_scenario["second"].stderr
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name: x\nenvs: [CartPole-v1]\nseeds: [0]\ngrid: {lr: [1]}\n", "unknown key 'grid'"),
+        ("name: x\nenvs: [CartPole-v1]\nseeds: [0]\nsettings: {replay_ratio: lots}\n", "replay_ratio must be a number, got 'lots'"),
+        (None, "no such file"),
+    ],
+)
+def test_bad_sweep_file_is_a_one_line_error(tmp_path, text, message):
+    path = tmp_path / "sweep.yaml"
+    if text is not None:
+        path.write_text(text)
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path), "--runs-dir", str(tmp_path / "runs")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    line = one_line_error(result)
+    assert line.startswith("sweep.py: error: ") and message in line, line
+    assert not (tmp_path / "runs").exists()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = "name: s\nenvs: [CartPole-v1]\nseeds: [0, 1]\n"
+
+
+def test_sweep_file_expands_env_seed_and_grid_axes_into_named_trials(tmp_path):
+    sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000, replay_ratio: [1, 4], lr: 0.002}\ntrial: {cpus: 2, gpus: 0.25}\n"))
+    assert [trial.name for trial in sweep.trials] == [
+        "CartPole-v1_seed0_replay_ratio1", "CartPole-v1_seed0_replay_ratio4",
+        "CartPole-v1_seed1_replay_ratio1", "CartPole-v1_seed1_replay_ratio4",
+    ]
+    first = sweep.trials[0].config
+    assert (first.env, first.seed, first.replay_ratio, first.lr, first.total_timesteps, first.threads) == ("CartPole-v1", 0, 1.0, 0.002, 5000, 2)
+    assert first.num_envs == build_config(False, {}).num_envs  # the classic preset under the settings
+    assert (sweep.cpus, sweep.gpus, sweep.failures, sweep.grid_axes) == (2, 0.25, 3, ("replay_ratio",))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (BASE + "settings: {seed: 3}\n", "settings.seed is set by the sweep's seeds"),
+        (BASE + "settings: {threads: 3}\n", "settings.threads is set by the sweep's trial"),
+        (BASE + "settings: {learning_rate: 0.1}\n", "unknown setting 'learning_rate'"),
+        (BASE + "settings: {num_envs: [4, 4.5]}\n", "num_envs must be an integer, got 4.5"),
+        (BASE + "settings: {total_timesteps: true}\n", "total_timesteps must be an integer, got True"),
+        (BASE + "settings: {gamma: 1.5}\n", "trial CartPole-v1_seed0: --gamma must be in (0, 1]"),
+        (BASE + "settings: {vec_env: fast}\n", "vec_env must be one of ale, subproc, sync"),
+        (BASE + "trial: {cpus: 0}\n", "trial.cpus must be a whole number >= 1"),
+        (BASE + "trial: {gpus: 1.5}\n", "trial.gpus must be a fraction in [0, 1] or a whole number"),
+        (BASE + "trial: {memory: 3}\n", "unknown key trial.memory"),
+        ("name: s\nenvs: [CartPol-v1]\nseeds: [0]\n", "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
+        ("name: s\nenvs: [CartPole-v1]\nseeds: [0, 0]\n", "seeds lists 0 twice"),
+        ("name: s\nenvs: []\nseeds: [0]\n", "envs must be a non-empty list"),
+        ("name: ../up\nenvs: [CartPole-v1]\nseeds: [0]\n", "name must be a directory name"),
+        ("envs: [CartPole-v1]\nseeds: [0]\n", "missing key 'name'"),
+        ("name: s\nenvs: [CartPole-v1\n", "not valid YAML at line"),
+        ("- 1\n", "expected a mapping"),
+    ],
+)
+def test_sweep_file_mistakes_are_one_line_user_errors(tmp_path, text, message):
+    with pytest.raises(UserError) as error:
+        load_sweep(write(tmp_path, text))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_shipped_sweep_files_load():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        if path.name in ("atari.yaml", "classic.yaml"):
+            continue
+        assert load_sweep(path).trials, path
+    assert len(load_sweep(ROOT / "configs" / "cartpole-rr.yaml").trials) == 4
+
+
+def test_shipped_preset_files_hold_the_presets():
+    assert build_config(True, load_config_file(ROOT / "configs" / "atari.yaml")) == build_config(True, {})
+    assert build_config(False, load_config_file(ROOT / "configs" / "classic.yaml")) == build_config(False, {})
+
+
+def test_train_config_file_overrides_the_preset_and_a_flag_overrides_the_file(tmp_path):
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("lr: 0.002\nnum_envs: 2\nnsteps: 5\ntotal_timesteps: 40\nvec_env: sync\neval_every: 0\nlog_interval: 1\n")
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "train.py", "--env", "CartPole-v1", "--config", str(config_file), "--lr", "0.003",
+         "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    assert config["lr"] == 0.003  # the flag beats the file
+    assert config["num_envs"] == 2 and config["nsteps"] == 5  # the file beats the preset
+    assert config["buffer_size"] == build_config(False, {}).buffer_size  # the preset where neither speaks
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lr: fast\n", "lr must be a number, got 'fast'"),
+        ("learning_rate: 0.1\n", "unknown setting 'learning_rate'"),
+        ("lr: .nan\n", "lr must be a finite number"),
+        ("[1, 2]\n", "expected a mapping of settings"),
+    ],
+)
+def test_bad_config_file_is_a_one_line_user_error(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match="^" + str(path).replace(".", r"\.")) as error:
+        load_config_file(path)
+    assert message in str(error.value)
+
+
+def test_train_with_a_missing_config_file_is_a_one_line_error(tmp_path):
+    result = subprocess.run([sys.executable, "train.py", "--config", str(tmp_path / "none.yaml")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert "none.yaml: no such file" in one_line_error(result)
