@@ -52,12 +52,15 @@ def one_line(error_text: str) -> str:
 
 
 def quiet_ray() -> None:
-    """Keep Ray's and Tune's INFO and WARNING lines off the terminal: only errors, and our own lines."""
+    """Keep Ray's and Tune's own reports off the terminal: :class:`TrialLines` says, in one line
+    each, what they would say in many (a dead worker's exit details, a failed trial's traceback)."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's classic status table (CLIReporter)
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "3600")
-    for name in ("ray", "ray.tune", "ray.train", "ray.air", "ray.data"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    for name in ("ray", "ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # The driver prints the raylet's error messages ("A worker died or was killed ...", many
+    # lines) through the printer of worker logs; with log_to_driver off nothing else goes through
+    # it. Ray's own debugger (ray.util.rpdb) turns it off by this flag.
+    ray._private.worker._worker_logs_enabled = False
 
 
 def start_ray(address: str | None) -> None:
@@ -105,7 +108,7 @@ class TrialLines(tune.Callback):
         print(f"finished {trial_name(trial)}{detail}", flush=True)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        print(f"trial {trial_name(trial)} died ({one_line(trial.get_error() or 'no error text')}); "
+        print(f"trial {trial_name(trial)} died (failure {trial.num_failures}; restarts allowed: {trial.max_failures}); "
               "restarting it from its last checkpoint", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -57,19 +57,22 @@ def wait_for(condition, what: str, process: subprocess.Popen, log: Path):
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
 
 
-def trial_pids(sweep_dir: Path, trial: str) -> list[int]:
-    """The process ids that reported results for ``trial``, from Tune's result.json, in order."""
+def reported_steps(sweep_dir: Path, trial: str) -> list[tuple[int, int]]:
+    """(process id, total_timesteps) of each result ``trial`` reported to Tune (its result.json)."""
     path = sweep_dir / "tune" / trial / "result.json"
-    pids = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                pid = json.loads(line)["pid"]
-            except (ValueError, KeyError):
-                continue
-            if pid not in pids:
-                pids.append(pid)
-    return pids
+    reports = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            result = json.loads(line)
+            reports.append((result["pid"], result["total_timesteps"]))
+        except (ValueError, KeyError):
+            continue  # a line still being written
+    return reports
+
+
+def trial_pids(sweep_dir: Path, trial: str) -> list[int]:
+    """The process ids that reported results for ``trial``, in order."""
+    return list(dict.fromkeys(pid for pid, _ in reported_steps(sweep_dir, trial)))
 
 
 def start_sweep(sweep_file: Path, runs_dir: Path, log: Path) -> subprocess.Popen:
@@ -99,6 +102,7 @@ def sweep_scenario(tmp_path_factory):
             lambda: [pid for pid in trial_pids(sweep_dir, SEED1) if pid != killed_pid], "seed 1 restarted", process, log,
         )[0]
         os.kill(held_pid, signal.SIGSTOP)
+        first_step_after_restart = next(step for pid, step in reported_steps(sweep_dir, SEED1) if pid == held_pid)
         wait_for(lambda: f"finished {SEED0}" in log.read_text(), "seed 0 finished", process, log)
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
@@ -120,7 +124,7 @@ def sweep_scenario(tmp_path_factory):
     )
     return dict(
         sweep_dir=sweep_dir, first_code=process.returncode, first_log=log.read_text(), second=second,
-        killed_pid=killed_pid, steps_before_kill=steps_before_kill, seed0_after_first=seed0_after_first,
+        killed_pid=killed_pid, steps_before_kill=steps_before_kill, first_step_after_restart=first_step_after_restart, seed0_after_first=seed0_after_first,
         seed1_steps_after_first=seed1_steps_after_first,
     )
 
@@ -148,12 +152,11 @@ def test_sweep_runs_to_the_end_as_normal_runs_that_plot_draws(sweep_scenario, tm
 def test_killed_trial_restarts_from_its_checkpoint_and_keeps_counting(sweep_scenario):
     log = sweep_scenario["first_log"]
     assert f"trial {SEED1} died (" in log and "restarting it from its last checkpoint" in log
+    # The restarted process's first row continues from the checkpoint, not from step 0.
+    first_step = sweep_scenario["first_step_after_restart"]
+    assert STEPS_PER_ROW < first_step <= sweep_scenario["steps_before_kill"] + STEPS_PER_ROW
     steps = [int(row["total_timesteps"]) for row in read_progress(sweep_scenario["sweep_dir"] / SEED1)]
-    restarts = [index for index in range(1, len(steps)) if steps[index] <= steps[index - 1]]
-    assert restarts, steps
-    # The first row after the restart continues from a checkpoint, not from step 0.
-    assert steps[restarts[0]] > STEPS_PER_ROW, steps
-    assert steps[restarts[0]] <= sweep_scenario["steps_before_kill"] + STEPS_PER_ROW
+    assert steps.count(STEPS_PER_ROW) == 1, steps  # no second start from zero
     assert steps[-1] == TOTAL_STEPS
 
 
