@@ -109,10 +109,10 @@ class TrialLines(tune.Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         print(f"trial {trial_name(trial)} died (failure {trial.num_failures}; restarts allowed: {trial.max_failures}); "
-              "restarting it from its last checkpoint", flush=True)
+              "restarting it from its last checkpoint, if it has one", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        print(f"trial {trial_name(trial)} failed for good: {one_line(trial.get_error() or 'no error text')}", flush=True)
+        print(f"trial {trial_name(trial)} failed for good; sweep.py names its error at the end", flush=True)
 
 
 def final_steps(run_dir: Path) -> int:
