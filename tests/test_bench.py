@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT, one_line_error
 
 KEYS = {
@@ -31,3 +33,21 @@ def test_bench_rejects_bad_seconds():
     result = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--seconds", "0"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "--seconds must be" in one_line_error(result)
+
+
+@pytest.mark.slow
+def test_bench_sweep_prints_json_with_both_ratios():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench_sweep.py"), "--steps", "2000", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["training_ratio"] > 0 and figures["wall_ratio"] > 0
+    assert figures["runs"] == 2 and figures["cpus_per_trial"] == 1
+
+
+def test_bench_sweep_rejects_too_few_steps():
+    result = subprocess.run([sys.executable, str(ROOT / "bench_sweep.py"), "--steps", "10"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "--steps must be >= 1000" in one_line_error(result)
