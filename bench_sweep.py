@@ -3,7 +3,8 @@
 ``python bench_sweep.py [--steps 30000] [--json]``
 
 Both ways train the same two configs (seeds 0 and 1, the classic-control preset with one torch
-thread and no evaluation) through the real training path: :class:`acer_sync.learn.Trainer`, in
+thread, the envs stepped in the trainer's own process (``vec_env: sync``, so that a 1-CPU trial is
+one process) and no evaluation) through the real training path: :class:`acer_sync.learn.Trainer`, in
 this process one run after the other, or in Ray Tune trials started by :func:`sweeps.launch.run_sweep`.
 
 * ``training_steps_per_sec``: steps of both runs over their training time, as each run's
@@ -39,6 +40,7 @@ envs: [CartPole-v1]
 seeds: [0, 1]
 settings:
   total_timesteps: {steps}
+  vec_env: sync
   eval_every: 0
   checkpoint_every: 100000000
 trial: {{cpus: 1, gpus: 0}}
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_per_run": args.steps,
         "cpus": os.cpu_count(),
         "cpus_per_trial": sweep.cpus,
-        "vec_env": sweep.trials[0].config.vec_env or "subproc",
+        "vec_env": sweep.trials[0].config.vec_env,
         "num_envs": sweep.trials[0].config.num_envs,
         "sequential_training_steps_per_sec": round(sequential_sps, 1),
         "sweep_training_steps_per_sec": round(sweep_sps, 1),
