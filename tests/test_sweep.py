@@ -293,3 +293,33 @@ def test_train_with_a_missing_config_file_is_a_one_line_error(tmp_path):
     result = subprocess.run([sys.executable, "train.py", "--config", str(tmp_path / "none.yaml")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert "none.yaml: no such file" in one_line_error(result)
+
+
+def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path):
+    """As in a Tune trial: the Trainer runs outside the main thread, where it installs no signal
+    handlers, and its hooks receive each progress row and each checkpoint's path."""
+    import threading
+
+    import torch
+
+    from acer_sync.learn import Trainer
+    from atari.envs import env_info
+
+    config = build_config(False, dict(env="CartPole-v1", num_envs=2, nsteps=5, total_timesteps=100, vec_env="sync",
+                                      log_interval=2, checkpoint_every=40, eval_every=0, threads=1))
+    rows, checkpoints, outcome = [], [], {}
+    threads_before = torch.get_num_threads()
+
+    def train():
+        trainer = Trainer(config, env_info(config.env), tmp_path, progress_bar=False,
+                          on_progress=rows.append, on_checkpoint=checkpoints.append)
+        outcome["code"] = trainer.train()
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    worker.join(timeout=120)
+    torch.set_num_threads(threads_before)
+    assert outcome == {"code": 0}
+    assert [row["total_timesteps"] for row in rows] == [int(row["total_timesteps"]) for row in read_progress(tmp_path)]
+    assert rows[-1]["total_timesteps"] == 100
+    assert checkpoints == [tmp_path / "checkpoints" / "latest.pt"] * 3  # at 40 and 80 steps, and at the end
