@@ -56,6 +56,13 @@ def resumed_config(config: Config, payload: dict) -> Config:
     return dataclasses.replace(saved, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
 
 
+def discard_unsaved_start(run_dir: Path) -> None:
+    """Remove the rows of an earlier start that died before its first checkpoint: the trial starts
+    again from step 0, and its curve must not hold two runs."""
+    (run_dir / "progress.csv").unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "tb", ignore_errors=True)
+
+
 class TuneReporter:
     """The Trainer's hooks: each progress row, and each checkpoint with the last row, go to Tune."""
 
@@ -84,6 +91,7 @@ def run_trial(tune_config: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     payload = resume_payload(run_dir)
     if payload is None:
+        discard_unsaved_start(run_dir)
         write_config(run_dir, config, ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"])
     else:
         config = resumed_config(config, payload)
