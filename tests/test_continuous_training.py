@@ -2,7 +2,6 @@
 
 import csv
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -10,7 +9,6 @@ import torch
 from acer_sync.agent import ACER, Batch
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.config import Config, build_config
-from acer_sync.errors import UserError
 from acer_sync.learn import Trainer
 from acer_sync.networks import LOG_STD_MAX, LOG_STD_MIN, GaussianActorCritic, canonical_spec, network_from_spec
 from acer_sync.normalization import ObservationNormalizer
@@ -109,19 +107,6 @@ def test_continuous_preset_is_chosen_for_box_actions():
     assert (config.nsteps, config.c, config.alpha, config.buffer_size, config.sdn_samples) == (50, 5.0, 0.995, 5_000, 5)
     info = env_info("InvertedPendulum-v5")
     assert info.continuous and info.n_actions == 1 and info.action_low == (-3.0,)
-
-
-class MultiDiscreteEnv(gym.Env):
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.MultiDiscrete([2, 3])
-
-
-gym.register("MultiDiscreteTest-v0", entry_point=MultiDiscreteEnv)
-
-
-def test_multidiscrete_actions_are_refused():
-    with pytest.raises(UserError, match="MultiDiscrete action space; acer_sync supports Discrete and Box actions only"):
-        env_info("MultiDiscreteTest-v0")
 
 
 def mean_return(run_dir) -> float:
