@@ -77,12 +77,14 @@ PRESETS: dict[str, dict] = {
         eval_every=50_000,
     ),
     # Continuous control (MuJoCo, Pendulum-v1): the paper's §5 setup where it fits one process
-    # (k = 50 steps, c = 5, α = 0.995, replay of 5,000 steps per env; δ from its [0.1, 2] range),
-    # with observation normalization and a reward scale; measured in the README's Results.
+    # (c = 5, α = 0.995, replay of 5,000 steps per env; δ from its [0.1, 2] range), with
+    # observation normalization and a reward scale. k = 20 and replay ratio 8 instead of the
+    # paper's k = 50 with its 16 threads: measured faster on InvertedPendulum-v5 and Pendulum-v1
+    # (README, Continuous control).
     "continuous": dict(
         total_timesteps=1_000_000,
         num_envs=4,
-        nsteps=50,
+        nsteps=20,
         lr=5e-4,
         lr_schedule="constant",
         ent_coef=0.0,
@@ -91,7 +93,7 @@ PRESETS: dict[str, dict] = {
         alpha=0.995,
         buffer_size=5_000,
         replay_start=500,
-        replay_ratio=4.0,
+        replay_ratio=8.0,
         hidden="64,64",
         normalize_obs=True,
         reward_scale=0.1,
