@@ -102,6 +102,15 @@ def test_observation_normalization_survives_checkpoint_and_resume(tmp_path):
     resumed.close()
 
 
+def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
+    import play
+
+    config = pendulum_config(total_timesteps=200, num_envs=2, nsteps=20, hidden="8")
+    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    assert play.main([str(tmp_path), "--episodes", "2", "--greedy"]) == 0
+    assert "mean score over 2 episodes" in capsys.readouterr().out
+
+
 def test_continuous_preset_is_chosen_for_box_actions():
     config = build_config(False, dict(env="HalfCheetah-v5"), continuous=True)
     assert (config.nsteps, config.c, config.alpha, config.buffer_size, config.sdn_samples) == (20, 5.0, 0.995, 5_000, 5)
