@@ -77,10 +77,10 @@ PRESETS: dict[str, dict] = {
         eval_every=50_000,
     ),
     # Continuous control (MuJoCo, Pendulum-v1): the paper's §5 setup where it fits one process
-    # (c = 5, α = 0.995, replay of 5,000 steps per env; δ from its [0.1, 2] range), with
+    # (c = 5, α = 0.995, replay of 5,000 steps per env; δ = 0.25 from its [0.1, 2] range), with
     # observation normalization and a reward scale. k = 20 and replay ratio 8 instead of the
-    # paper's k = 50 with its 16 threads: measured faster on InvertedPendulum-v5 and Pendulum-v1
-    # (README, Continuous control).
+    # paper's k = 50 with its 16 threads: measured faster on InvertedPendulum-v5 and Pendulum-v1,
+    # and δ = 0.25 learned Pendulum-v1 on every seed tried where δ = 1 failed on one (README).
     "continuous": dict(
         total_timesteps=1_000_000,
         num_envs=4,
@@ -89,7 +89,7 @@ PRESETS: dict[str, dict] = {
         lr_schedule="constant",
         ent_coef=0.0,
         c=5.0,
-        delta=1.0,
+        delta=0.25,
         alpha=0.995,
         buffer_size=5_000,
         replay_start=500,
