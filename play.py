@@ -15,10 +15,13 @@ from acer_sync.cli import OneLineParser
 from acer_sync.errors import UserError, run_cli
 from acer_sync.evaluation import evaluate
 from acer_sync.learn import select_device
-from acer_sync.networks import ActorCritic
+from acer_sync.networks import Network, canonical_spec, network_from_spec
 from atari.envs import VecEnv, env_info
 
 VIDEO_FPS = 30
+#: MuJoCo's headless OpenGL backend for --video, unless MUJOCO_GL is already set: EGL (a GPU
+#: driver, or Mesa's), or OSMesa (software, Debian's libosmesa6) with MUJOCO_GL=osmesa.
+HEADLESS_GL = "egl"
 
 
 def parse_args(argv: list[str]):
@@ -33,11 +36,11 @@ def parse_args(argv: list[str]):
     return parser.parse_args(argv)
 
 
-def load_model(payload: dict, checkpoint: Path) -> tuple[ActorCritic, str]:
+def load_model(payload: dict, checkpoint: Path) -> tuple[Network, str]:
     try:
-        spec = payload["model_spec"]
+        spec = canonical_spec(payload["model_spec"])
         env_id = payload["env_id"]
-        model = ActorCritic.from_spec(spec)
+        model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UserError(f"{checkpoint} does not hold a usable model ({type(error).__name__})") from None
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--render needs a display, and none was found (DISPLAY is not set); record with --video FILE instead")
     if args.video is not None and not args.video.parent.is_dir():
         raise UserError(f"cannot write video {args.video}: folder {args.video.parent} does not exist")
+    if args.video is not None and not args.render:
+        # Read when MuJoCo is first imported (building the env below), so it must be set here.
+        os.environ.setdefault("MUJOCO_GL", HEADLESS_GL)
     payload = load_checkpoint(args.checkpoint)
     model, env_id = load_model(payload, args.checkpoint)
     device = select_device(args.device)
@@ -75,7 +81,18 @@ def main(argv: list[str] | None = None) -> int:
 
     def record() -> None:
         nonlocal writer, frames_written
-        frame = np.asarray(env.render())
+        if writer is None:
+            try:
+                frame = np.asarray(env.render())
+            except gym.error.DependencyNotInstalled as error:
+                raise UserError(f"rendering {env_id} needs a missing package: {str(error).strip().splitlines()[0]}") from None
+            except Exception as error:  # each GL backend fails in its own way (EGLError, FatalError, ...)
+                raise UserError(
+                    f"cannot render {env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
+                    f"({type(error).__name__}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
+                ) from None
+        else:
+            frame = np.asarray(env.render())
         if writer is None:
             import cv2
 

@@ -14,7 +14,8 @@ from acer_sync.config_file import load_config_file
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer
 from acer_sync.run_metadata import write_config
-from atari.envs import env_info, is_atari
+from acer_sync.networks import canonical_spec
+from atari.envs import env_info
 
 
 def parse_args(argv: list[str]):
@@ -89,16 +90,23 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("give either --resume RUN_DIR or --run-dir, not both")
         config, payload = resumed_config(args.resume, overrides)
         run_dir = args.resume
+        info = env_info(config.env)
     else:
-        config = build_config(is_atari(overrides.get("env", Config.env)), overrides)
+        info = env_info(overrides.get("env", Config.env))
+        config = build_config(info.atari, overrides, continuous=info.continuous)
         payload = None
     problems = validate(config)
     if problems:
         raise UserError("; ".join(problems))
-    info = env_info(config.env)
+    if info.atari and config.normalize_obs:
+        raise UserError("--normalize-obs is for vector observations; Atari frames are scaled by 1/255 instead")
     if payload is not None:
         expected = Trainer.model_spec(info, config)
-        if payload.get("model_spec") != expected or payload.get("env_id") != config.env:
+        try:
+            saved_spec = canonical_spec(payload.get("model_spec"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            saved_spec = payload.get("model_spec")
+        if saved_spec != expected or payload.get("env_id") != config.env:
             raise UserError(
                 f"the checkpoint in {run_dir} was made for {payload.get('env_id')} with network "
                 f"{payload.get('model_spec')}, not {config.env} with {expected}"

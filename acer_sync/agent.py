@@ -10,7 +10,8 @@ from torch import nn
 from acer_sync import losses
 from acer_sync.buffer import Sample, rebuild_stacks
 from acer_sync.config import Config
-from acer_sync.networks import ActorCritic, polyak_update
+from acer_sync.distributions import distribution_of_spec
+from acer_sync.networks import Network, network_from_spec, polyak_update
 from acer_sync.optim import RMSpropTF
 from acer_sync.profiling import PhaseTimer
 
@@ -18,15 +19,17 @@ from acer_sync.profiling import PhaseTimer
 class Batch(NamedTuple):
     """One update's data on the device, time-major.
 
-    ``obs[t]`` goes with ``actions[t]``, ``mu[t]``, ``rewards[t]`` and ``dones[t]``;
-    ``obs[T]`` is the bootstrap observation.
+    ``obs[t]`` goes with ``actions[t]``, ``mu[t]``, ``rewards[t]``, ``dones[t]`` and
+    ``timeout_values[t]``; ``obs[T]`` is the bootstrap observation. ``timeout_values`` None means
+    no step was cut by a time limit.
     """
 
     obs: torch.Tensor  # [T+1, N, stack, ...], uint8 for frames
-    actions: torch.Tensor  # [T, N] int64
-    mu: torch.Tensor  # [T, N, A]
+    actions: torch.Tensor  # [T, N] int64, or [T, N, d] float
+    mu: torch.Tensor  # [T, N, stat_size]
     rewards: torch.Tensor  # [T, N]
     dones: torch.Tensor  # [T, N] float
+    timeout_values: torch.Tensor | None = None  # [T, N]
 
 
 def to_batch(sample: Sample, stack: int, device: torch.device) -> Batch:
@@ -37,13 +40,28 @@ def to_batch(sample: Sample, stack: int, device: torch.device) -> Batch:
         return torch.from_numpy(array).to(device, non_blocking=non_blocking)
 
     obs = rebuild_stacks(move(sample.frames), move(sample.firsts), stack)
+    actions = move(sample.actions)
     return Batch(
         obs=obs,
-        actions=move(sample.actions).long(),
+        actions=actions.float() if actions.is_floating_point() else actions.long(),
         mu=move(sample.mu),
         rewards=move(sample.rewards),
         dones=move(sample.dones).float(),
+        timeout_values=move(sample.timeout_values),
     )
+
+
+class PolicyTerms(NamedTuple):
+    """What the two kinds of policy hand to the shared part of :meth:`ACER.update`."""
+
+    stats: torch.Tensor  # φ_θ(x_t), [T, N, stat_size], differentiable in the network
+    stats_param: torch.Tensor  # the same values as a leaf: ĝ^acer is taken with respect to it
+    gain_truncated: torch.Tensor  # [T, N], functions of stats_param
+    gain_correction: torch.Tensor  # [T, N]
+    loss_critic: torch.Tensor  # scalar, differentiable in the network
+    q_taken: torch.Tensor  # Q(x_t, a_t) or Q̃(x_t, a_t), [T, N], detached
+    q_ret: torch.Tensor  # [T, N]
+    rho_taken: torch.Tensor  # ρ_t(a_t), [T, N]
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -63,41 +81,35 @@ UPDATE_STATS = (
 class ACER:
     """The online network, the average network, the optimizer, and the update rule.
 
+    One update serves both kinds of policy: only how the gains and the critic's loss are formed
+    differs (:meth:`_categorical_terms`, :meth:`_gaussian_terms`); the trust region, the step and
+    the Polyak average are shared.
+
     :param model: the online actor-critic θ.
     :param config: the run's settings (gamma, c, trust region, coefficients, ...).
     :param timer: charges the Polyak update to the ``average_update`` phase (bench.py).
     """
 
-    def __init__(self, model: ActorCritic, config: Config, timer: PhaseTimer | None = None):
+    def __init__(self, model: Network, config: Config, timer: PhaseTimer | None = None):
         self.config = config
         self.timer = timer or PhaseTimer()
         self.model = model
-        self.average_model = ActorCritic.from_spec(model.spec()).to(next(model.parameters()).device)
+        self.distribution = distribution_of_spec(model.spec())
+        self.average_model = network_from_spec(model.spec()).to(next(model.parameters()).device)
         self.average_model.load_state_dict(model.state_dict())
         self.average_model.requires_grad_(False)
         self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0  # non-finite updates in a row
 
-    def update(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
-        """One gradient step on ``batch`` at learning rate ``lr``; returns detached statistics.
-
-        The policy gradient is formed with respect to the probability vector π (the statistics
-        φ of eq. 10), adjusted there by the trust region (eq. 12), and only then sent back
-        through the network, so one backward pass serves the policy and the critic (eq. 6).
-        If the gradient is not finite the step is skipped and ``nonfinite`` is 1.
-        """
+    def _categorical_terms(self, batch: Batch, flat_obs: torch.Tensor) -> PolicyTerms:
+        """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions."""
         cfg = self.config
-        T, N = batch.actions.shape
-        if batch.obs.shape[:2] != (T + 1, N):
-            raise ValueError(f"obs must be [T+1, N, ...] = {(T + 1, N)}, got {tuple(batch.obs.shape[:2])}")
-
-        flat_obs = batch.obs.reshape((T + 1) * N, *batch.obs.shape[2:])
+        T, N = batch.rewards.shape
         pi_all, q_all = self.model(flat_obs)
         pi_all = pi_all.reshape(T + 1, N, -1)
         q_all = q_all.reshape(T + 1, N, -1)
         with torch.no_grad():
-            pi_avg = self.average_model.policy(flat_obs[: T * N]).reshape(T, N, -1)
             values_all = (pi_all * q_all).sum(-1)  # V(x_t) for t = 0..T
         pi, q = pi_all[:-1], q_all[:-1]
         values = values_all[:-1]
@@ -106,22 +118,93 @@ class ACER:
         q_taken = q.gather(-1, actions).squeeze(-1)
         rho = losses.importance_weights(pi.detach(), batch.mu)
         rho_taken = rho.gather(-1, actions).squeeze(-1)
-        q_ret = losses.q_retrace(batch.rewards, batch.dones, q_taken.detach(), values_all, rho_taken, cfg.gamma)
-
-        # ĝ^acer with respect to the statistics π, one row per sample.
+        q_ret = losses.q_retrace(
+            batch.rewards, batch.dones, q_taken.detach(), values_all, rho_taken, cfg.gamma,
+            timeout_values=batch.timeout_values,
+        )
         pi_stat = pi.detach().requires_grad_(True)
         gain_truncated, gain_correction = losses.acer_policy_gain(
             pi_stat, q, values, q_ret, rho, batch.actions, cfg.c
         )
-        entropy = losses.entropy(pi_stat)
-        objective = (gain_truncated + gain_correction + cfg.ent_coef * entropy).sum()
-        (g,) = torch.autograd.grad(objective, pi_stat)
-        k = losses.kl_grad(pi_avg, pi.detach())
+        loss_q = 0.5 * (q_ret - q_taken).pow(2).mean()
+        return PolicyTerms(pi, pi_stat, gain_truncated, gain_correction, loss_q, q_taken.detach(), q_ret, rho_taken)
+
+    def _gaussian_terms(self, batch: Batch, flat_obs: torch.Tensor) -> PolicyTerms:
+        """§5 and Algorithm 3: the SDN's Q̃ (eq. 13) with n samples u_i ~ π, Q^ret with
+        ρ̄ = min{1, ρ^(1/d)}, Q^opc in the policy gradient, eq. (14) with one a' ~ π, and the
+        critic's loss ½(Q^ret − Q̃)² + ½(V^target − V)²."""
+        cfg, dist = self.config, self.distribution
+        T, N = batch.rewards.shape
+        n = cfg.sdn_samples
+        stats_all = self.model.policy(flat_obs).reshape(T + 1, N, -1)
+        values_all = self.model.value(flat_obs).reshape(T + 1, N)
+        stats, values = stats_all[:-1], values_all[:-1]
+
+        with torch.no_grad():
+            # n samples u_i for the SDN's baseline and one a' for the bias correction, per step.
+            drawn = dist.sample(stats.detach().unsqueeze(2).expand(T, N, n + 1, dist.stat_size))
+        a_prime = drawn[:, :, n]
+        candidates = torch.cat([batch.actions.unsqueeze(2), drawn], dim=2)  # [T, N, n+2, d]: a_t, u_1..u_n, a'
+        advantage = self.model.advantage(flat_obs[: T * N], candidates.reshape(T * N, n + 2, -1)).reshape(T, N, n + 2)
+        advantage_u = advantage[:, :, 1 : n + 1]
+        q_taken = losses.sdn_q(values, advantage[:, :, 0], advantage_u)
+        q_prime = losses.sdn_q(values, advantage[:, :, n + 1], advantage_u)
+
+        stats_param = stats.detach().requires_grad_(True)
+        log_pi_taken = dist.log_prob(stats_param, batch.actions)
+        log_pi_prime = dist.log_prob(stats_param, a_prime)
+        log_rho_taken = log_pi_taken.detach() - dist.log_prob(batch.mu, batch.actions)
+        log_rho_prime = log_pi_prime.detach() - dist.log_prob(batch.mu, a_prime)
+
+        rho_bar = losses.retrace_weight_continuous(log_rho_taken, dist.dim)
+        values_target_all = values_all.detach()
+        q_ret = losses.q_retrace(
+            batch.rewards, batch.dones, q_taken.detach(), values_target_all, rho_bar, cfg.gamma,
+            timeout_values=batch.timeout_values,
+        )
+        q_opc = losses.q_retrace(
+            batch.rewards, batch.dones, q_taken.detach(), values_target_all, torch.ones_like(rho_bar), cfg.gamma,
+            timeout_values=batch.timeout_values,
+        )
+        gain_truncated, gain_correction = losses.gaussian_policy_gain(
+            log_pi_taken, log_pi_prime, log_rho_taken, log_rho_prime, q_opc, q_prime, values, cfg.c
+        )
+        v_target = losses.value_target(log_rho_taken, q_ret, q_taken, values)
+        loss_critic = 0.5 * (q_ret - q_taken).pow(2).mean() + 0.5 * (v_target - values).pow(2).mean()
+        return PolicyTerms(
+            stats, stats_param, gain_truncated, gain_correction, loss_critic, q_taken.detach(), q_ret,
+            torch.exp(log_rho_taken),
+        )
+
+    def update(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch`` at learning rate ``lr``; returns detached statistics.
+
+        The policy gradient is formed with respect to the policy's statistics φ (the probability
+        vector π, or the Gaussian's mean and log σ; eq. 10 and 14), adjusted there by the trust
+        region (eq. 12), and only then sent back through the network, so one backward pass
+        serves the policy and the critic (eq. 6). If the gradient is not finite the step is
+        skipped and ``nonfinite`` is 1.
+        """
+        cfg, dist = self.config, self.distribution
+        T, N = batch.actions.shape[:2]
+        if batch.obs.shape[:2] != (T + 1, N):
+            raise ValueError(f"obs must be [T+1, N, ...] = {(T + 1, N)}, got {tuple(batch.obs.shape[:2])}")
+
+        flat_obs = batch.obs.reshape((T + 1) * N, *batch.obs.shape[2:])
+        terms = self._gaussian_terms(batch, flat_obs) if dist.kind == "gaussian" else self._categorical_terms(batch, flat_obs)
+        with torch.no_grad():
+            stats_avg = self.average_model.policy(flat_obs[: T * N]).reshape(T, N, -1)
+
+        # ĝ^acer with respect to the statistics φ, one row per sample.
+        entropy = dist.entropy(terms.stats_param)
+        objective = (terms.gain_truncated + terms.gain_correction + cfg.ent_coef * entropy).sum()
+        (g,) = torch.autograd.grad(objective, terms.stats_param)
+        stats_now = terms.stats.detach()
+        k = dist.kl_grad(stats_avg, stats_now)
         z = losses.trust_region_adjust(g, k, cfg.delta) if cfg.trust_region else g
 
-        loss_policy_surrogate = -(pi * z).sum() / (T * N)
-        loss_q = 0.5 * (q_ret - q_taken).pow(2).mean()
-        loss = loss_policy_surrogate + cfg.q_coef * loss_q
+        loss_policy_surrogate = -(terms.stats * z).sum() / (T * N)
+        loss = loss_policy_surrogate + cfg.q_coef * terms.loss_critic
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -140,17 +223,18 @@ class ACER:
 
         with torch.no_grad():
             k_dot_g = (k * g).sum(-1)
+            gain_truncated, gain_correction = terms.gain_truncated, terms.gain_correction
             return {
                 "loss_policy": -(gain_truncated + gain_correction).mean(),
                 "loss_f": -gain_truncated.mean(),
                 "loss_bc": -gain_correction.mean(),
-                "loss_q": loss_q.detach(),
+                "loss_q": terms.loss_critic.detach(),
                 "entropy": entropy.mean(),
-                "explained_variance": explained_variance(q_taken.detach(), q_ret),
+                "explained_variance": explained_variance(terms.q_taken, terms.q_ret),
                 "grad_norm": grad_norm,
-                "kl_avg": losses.kl_divergence(pi_avg, pi.detach()).mean(),
-                "rho_mean": rho_taken.mean(),
-                "rho_clipped_frac": (rho_taken > cfg.c).float().mean(),
+                "kl_avg": dist.kl(stats_avg, stats_now).mean(),
+                "rho_mean": terms.rho_taken.mean(),
+                "rho_clipped_frac": (terms.rho_taken > cfg.c).float().mean(),
                 "avg_norm_k": k.norm(dim=-1).mean(),
                 "avg_norm_g": g.norm(dim=-1).mean(),
                 "avg_norm_k_dot_g": k_dot_g.abs().mean(),
@@ -158,4 +242,3 @@ class ACER:
                 "tr_active_frac": (k_dot_g > cfg.delta).float().mean(),
                 "nonfinite": torch.tensor(0.0 if finite else 1.0),
             }
-

@@ -40,7 +40,7 @@ float_or_inf.__name__ = "number"
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Config field; defaults are None so that presets and resume can tell what was set."""
-    atari, classic = PRESETS["atari"], PRESETS["classic"]
+    atari, classic, continuous = PRESETS["atari"], PRESETS["classic"], PRESETS["continuous"]
     for f in fields():
         flag = "--" + f.name.replace("_", "-")
         default = f.default
@@ -50,6 +50,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             shown += f"; Atari preset: {atari[f.name]}"
         if f.name in classic:
             shown += f"; classic-control preset: {classic[f.name]}"
+        if f.name in continuous:
+            shown += f"; continuous preset: {continuous[f.name]}"
         kwargs = dict(default=None, help=f"{help_text} ({shown})")
         if "choices" in f.metadata:
             kwargs["choices"] = [c for c in f.metadata["choices"] if c]

@@ -23,7 +23,8 @@ from acer_sync.config import Config, hidden_sizes
 from acer_sync.errors import EXIT_INTERRUPTED, UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
-from acer_sync.networks import ActorCritic
+from acer_sync.distributions import distribution_for
+from acer_sync.networks import ActorCritic, GaussianActorCritic, Network
 from acer_sync.profiling import PhaseTimer
 from acer_sync.rng_state import capture_rng, restore_rng
 from acer_sync.runner import Runner
@@ -63,7 +64,8 @@ def available_memory_bytes() -> int | None:
 def check_buffer_fits(config: Config, info: EnvInfo) -> int:
     """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit."""
     needed = ReplayBuffer.bytes_needed(
-        config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions
+        config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions,
+        distribution_for(info),
     )
     available = available_memory_bytes()
     if available is not None and needed > 0.9 * available:
@@ -83,8 +85,15 @@ def resident_memory_mb() -> float:
         return float("nan")
 
 
-def build_model(info: EnvInfo, config: Config) -> ActorCritic:
-    return ActorCritic(info.obs_shape, info.n_actions, info.arch, hidden_sizes(config))
+def build_model(info: EnvInfo, config: Config) -> Network:
+    """A softmax actor-critic for discrete actions, a Gaussian policy with an SDN for a Box."""
+    if info.continuous:
+        half_width = (np.asarray(info.action_high) - np.asarray(info.action_low)) / 2.0
+        return GaussianActorCritic(
+            info.obs_shape, info.n_actions, hidden_sizes(config), (config.policy_std * half_width).tolist(),
+            config.normalize_obs,
+        )
+    return ActorCritic(info.obs_shape, info.n_actions, info.arch, hidden_sizes(config), config.normalize_obs)
 
 
 class GracefulStop:
@@ -169,7 +178,8 @@ class Trainer:
             self._restore(resume)
 
         self.buffer = ReplayBuffer(
-            config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions
+            config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions,
+            distribution_for(info),
         )
         per_transition = buffer_bytes / (config.num_envs * self.buffer.step_capacity)
         print(
@@ -180,7 +190,9 @@ class Trainer:
         if resume is not None:
             print(f"resuming at step {self.timesteps}: {self._load_buffer()}", flush=True)
         self.env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads)
-        self.runner = Runner(self.env, self.model, self.device, config.nsteps, self.tracker, self.timer)
+        self.runner = Runner(
+            self.env, self.model, self.device, config.nsteps, self.tracker, self.timer, reward_scale=config.reward_scale
+        )
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
         self.logger = Logger(run_dir)
         (run_dir / "checkpoints").mkdir(exist_ok=True)

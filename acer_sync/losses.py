@@ -18,7 +18,14 @@ name here      paper      meaning
 ``c``          c          the importance-weight truncation constant of the policy gradient
 ``k``          k          ∇_φ D_KL[f(·|φ_θa) ‖ f(·|φ)], the trust region's constraint normal
 ``delta``      δ          the trust region's radius
+``q_opc``      Q^opc      Retrace with every ρ̄ = 1, the continuous policy gradient's target (§5)
+``q_sdn``      Q̃_θv       the stochastic dueling network's estimate, eq. (13)
+``log_std``    log σ      the Gaussian policy's log standard deviation (φ = [m, log σ])
 =============  =========  ==========================================================
+
+The discrete functions take probability vectors; the continuous ones (Gaussian policy, §5 and
+Algorithm 3) take log-densities and log importance weights, so that a tiny σ or a far-off action
+gives large but finite numbers instead of ``inf / inf``.
 
 Alignment: ``rewards[t]``, ``dones[t]`` and ``actions[t]`` belong to the step taken from
 observation ``t``; ``dones[t] = 1`` means the episode ended with step ``t``, so nothing after it
@@ -27,6 +34,8 @@ observation reached after the last step.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -54,17 +63,25 @@ def q_retrace(
     rho_taken: torch.Tensor,
     gamma: float,
     rho_clip: float = 1.0,
+    timeout_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Retrace targets Q^ret, Wang et al. 2017 eq. (5) with the truncation of Algorithm 2.
 
     The recursion runs backwards from the bootstrap value V(x_T)::
 
         Q^ret_t = r_t + γ (1 − d_t) [ρ̄_{t+1} (Q^ret_{t+1} − Q(x_{t+1}, a_{t+1})) + V(x_{t+1})]
-        Q^ret_{T−1} = r_{T−1} + γ (1 − d_{T−1}) V(x_T)
+                      + γ V^timeout_t
+        Q^ret_{T−1} = r_{T−1} + γ (1 − d_{T−1}) V(x_T) + γ V^timeout_{T−1}
         ρ̄_t = min(ρ_clip, ρ_t(a_t))
 
     The text of eq. (5) writes ρ̄ = min(c, ρ); Algorithm 2, OpenAI Baselines and pfrl use
-    min(1, ρ), which is the default here.
+    min(1, ρ), which is the default here. The same recursion with every ρ̄ = 1 is Q^opc (§5),
+    and with ρ̄ = min(1, ρ^(1/d)) the continuous Q^ret (pass those weights as ``rho_taken``).
+
+    A step cut by a time limit has d_t = 1 (the next observation is a new episode's) and
+    V^timeout_t = V(x_final), the value of the observation the env would have continued from
+    (gymnasium's ``final_obs``); every other step has V^timeout_t = 0. The term is added on its
+    own, so with zeros every target is bit-for-bit what it is without it.
 
     :param rewards: r_t, ``[T, N]``.
     :param dones: d_t ∈ {0, 1}, ``[T, N]``; 1 when the episode ended with step t.
@@ -73,6 +90,7 @@ def q_retrace(
     :param rho_taken: ρ_t(a_t) = π(a_t|x_t) / μ(a_t|x_t), ``[T, N]``.
     :param gamma: the discount γ.
     :param rho_clip: the truncation level of ρ̄.
+    :param timeout_values: V^timeout_t, ``[T, N]``; None means no step was cut by a time limit.
     :return: Q^ret, ``[T, N]``, in the dtype of ``rewards``.
     """
     _check_rank("rewards", rewards, 2)
@@ -88,10 +106,16 @@ def q_retrace(
     q_taken = q_taken.to(dtype)
     values = values.to(dtype)
 
+    if timeout_values is not None:
+        _check_same_shape(rewards=rewards, timeout_values=timeout_values)
+        timeout_values = timeout_values.to(dtype)
+
     q_ret = torch.empty_like(rewards)
     next_target = values[-1]
     for t in reversed(range(rewards.shape[0])):
         q_ret[t] = rewards[t] + gamma * not_done[t] * next_target
+        if timeout_values is not None:
+            q_ret[t] += gamma * timeout_values[t]
         next_target = rho_bar[t] * (q_ret[t] - q_taken[t]) + values[t]
     return q_ret
 
@@ -204,3 +228,134 @@ def trust_region_adjust(g: torch.Tensor, k: torch.Tensor, delta: float) -> torch
     # Where kᵀg ≤ δ the step is zero whatever ‖k‖ is; the clamp keeps 0/0 out of that branch.
     scale = torch.relu(k_dot_g - delta) / k_norm_sq.clamp_min(torch.finfo(k.dtype).tiny)
     return g - scale * k
+
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log f(a|φ) of N(m, diag σ²), summed over the d action dimensions, ``[..., d] → [...]``::
+
+        log f(a|m, σ) = Σ_j −½ ((a_j − m_j) / σ_j)² − log σ_j − ½ log 2π
+    """
+    _check_same_shape(mean=mean, log_std=log_std, actions=actions)
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - 0.5 * LOG_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """H(N(m, diag σ²)) = Σ_j log σ_j + ½ (1 + log 2π), ``[..., d] → [...]``."""
+    return (log_std + 0.5 * (1.0 + LOG_2PI)).sum(-1)
+
+
+def gaussian_kl(
+    mean_avg: torch.Tensor, log_std_avg: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
+) -> torch.Tensor:
+    """D_KL[N(m_a, σ_a²) ‖ N(m, σ²)] in closed form, summed over dimensions, ``[..., d] → [...]``::
+
+        Σ_j log σ_j − log σ_a,j + (σ_a,j² + (m_a,j − m_j)²) / (2 σ_j²) − ½
+    """
+    _check_same_shape(mean_avg=mean_avg, log_std_avg=log_std_avg, mean=mean, log_std=log_std)
+    ratio = (torch.exp(2.0 * log_std_avg) + (mean_avg - mean).pow(2)) * torch.exp(-2.0 * log_std)
+    return (log_std - log_std_avg + 0.5 * ratio - 0.5).sum(-1)
+
+
+def gaussian_kl_grad(
+    mean_avg: torch.Tensor, log_std_avg: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
+) -> torch.Tensor:
+    """k = ∇_φ D_KL[f(·|φ_θa) ‖ f(·|φ)] for φ = [m, log σ], Wang et al. 2017 eq. (12), ``[..., 2d]``::
+
+        ∂KL/∂m_j     = (m_j − m_a,j) / σ_j²
+        ∂KL/∂log σ_j = 1 − (σ_a,j² + (m_a,j − m_j)²) / σ_j²
+
+    the closed form of what autograd gives on :func:`gaussian_kl`.
+    """
+    _check_same_shape(mean_avg=mean_avg, log_std_avg=log_std_avg, mean=mean, log_std=log_std)
+    inv_var = torch.exp(-2.0 * log_std)
+    grad_mean = (mean - mean_avg) * inv_var
+    grad_log_std = 1.0 - (torch.exp(2.0 * log_std_avg) + (mean_avg - mean).pow(2)) * inv_var
+    return torch.cat([grad_mean, grad_log_std], dim=-1)
+
+
+def sdn_q(values: torch.Tensor, advantage_taken: torch.Tensor, advantage_sampled: torch.Tensor) -> torch.Tensor:
+    """The stochastic dueling network's Q̃, Wang et al. 2017 eq. (13)::
+
+        Q̃(x_t, a_t) = V(x_t) + A(x_t, a_t) − (1/n) Σ_i A(x_t, u_i),   u_i ~ π(·|x_t)
+
+    :param values: V(x_t), ``[T, N]``.
+    :param advantage_taken: A(x_t, a_t), ``[T, N]``.
+    :param advantage_sampled: A(x_t, u_i) for the n samples, ``[T, N, n]``.
+    :return: Q̃(x_t, a_t), ``[T, N]``.
+    """
+    _check_rank("advantage_sampled", advantage_sampled, 3)
+    _check_same_shape(values=values, advantage_taken=advantage_taken, sampled=advantage_sampled[..., 0])
+    return values + advantage_taken - advantage_sampled.mean(-1)
+
+
+def retrace_weight_continuous(log_rho_taken: torch.Tensor, action_dim: int) -> torch.Tensor:
+    """ρ̄_t = min{1, ρ_t^(1/d)} of the continuous Q^ret (§5), from log ρ_t, ``[T, N]``.
+
+    Computed as exp(min{0, log ρ_t / d}), which never overflows however far π and μ are apart.
+    """
+    _check_rank("log_rho_taken", log_rho_taken, 2)
+    if action_dim < 1:
+        raise ValueError(f"action_dim must be >= 1, got {action_dim}")
+    return torch.exp((log_rho_taken / action_dim).clamp(max=0.0))
+
+
+def value_target(
+    log_rho_taken: torch.Tensor, q_ret: torch.Tensor, q_sdn_taken: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
+    """V^target_t = min{1, ρ_t} (Q^ret_t − Q̃(x_t, a_t)) + V(x_t), Wang et al. 2017 §5, ``[T, N]``.
+
+    All inputs are held constant: this is a regression target for V.
+    """
+    _check_rank("q_ret", q_ret, 2)
+    _check_same_shape(log_rho_taken=log_rho_taken, q_ret=q_ret, q_sdn_taken=q_sdn_taken, values=values)
+    weight = torch.exp(log_rho_taken.detach().clamp(max=0.0))
+    return (weight * (q_ret.detach() - q_sdn_taken.detach()) + values.detach())
+
+
+def gaussian_policy_gain(
+    log_prob_taken: torch.Tensor,
+    log_prob_sampled: torch.Tensor,
+    log_rho_taken: torch.Tensor,
+    log_rho_sampled: torch.Tensor,
+    q_opc: torch.Tensor,
+    q_sdn_sampled: torch.Tensor,
+    values: torch.Tensor,
+    c: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Surrogate gains whose gradient with respect to φ is ĝ^acer_t for a continuous policy, eq. (14)::
+
+        ĝ^acer_t = min{c, ρ_t(a_t)} (Q^opc_t − V(x_t)) ∇_φ log f(a_t|φ)
+                 + [1 − c / ρ_t(a'_t)]_+ (Q̃(x_t, a'_t) − V(x_t)) ∇_φ log f(a'_t|φ),   a'_t ~ π(·|x_t)
+
+    The sum over actions of the discrete bias correction becomes one sample a' from π, which keeps
+    ĝ^acer an unbiased estimate of the untruncated importance-sampled gradient. Every factor but
+    the log-densities is held constant. The weights are taken from log ρ: min{c, ρ} =
+    exp(min{log c, log ρ}) and c/ρ = exp(log c − log ρ), finite whatever the densities. When
+    π = μ every ρ is 1 and, for c ≥ 1, the correction is exactly zero.
+
+    :param log_prob_taken: log f(a_t|φ_t), ``[T, N]``; gradients flow through it.
+    :param log_prob_sampled: log f(a'_t|φ_t), ``[T, N]``; gradients flow through it (a' is constant).
+    :param log_rho_taken: log ρ_t(a_t) = log f(a_t|φ_t) − log μ(a_t|x_t), ``[T, N]``.
+    :param log_rho_sampled: log ρ_t(a'_t), ``[T, N]``.
+    :param q_opc: Q^opc_t, ``[T, N]``.
+    :param q_sdn_sampled: Q̃(x_t, a'_t), ``[T, N]``.
+    :param values: V(x_t), ``[T, N]``.
+    :param c: the truncation constant c (``math.inf`` disables truncation).
+    :return: ``(gain_truncated, gain_correction)``, each ``[T, N]``.
+    """
+    _check_rank("log_prob_taken", log_prob_taken, 2)
+    _check_same_shape(
+        log_prob_taken=log_prob_taken, log_prob_sampled=log_prob_sampled, log_rho_taken=log_rho_taken,
+        log_rho_sampled=log_rho_sampled, q_opc=q_opc, q_sdn_sampled=q_sdn_sampled, values=values,
+    )
+    values = values.detach()
+    log_c = math.log(c) if c > 0 else -math.inf
+    truncated_weight = torch.exp(log_rho_taken.detach().clamp(max=log_c))
+    gain_truncated = log_prob_taken * (truncated_weight * (q_opc.detach() - values))
+    correction_weight = torch.relu(1.0 - torch.exp(log_c - log_rho_sampled.detach()))
+    gain_correction = log_prob_sampled * (correction_weight * (q_sdn_sampled.detach() - values))
+    return gain_truncated, gain_correction

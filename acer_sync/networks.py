@@ -1,11 +1,24 @@
-"""The actor-critic network (a torso with a softmax policy head and a Q head) and Polyak averaging."""
+"""The actor-critic networks (softmax policy with a Q head; Gaussian policy with a stochastic
+dueling network) and Polyak averaging.
+
+Both expose ``policy(obs)``, the statistics φ of their distribution (:mod:`acer_sync.distributions`),
+``value(obs)``, V(x), and ``spec()``, the constructor arguments a checkpoint records.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import torch
 from torch import nn
+
+from acer_sync.normalization import ObservationNormalizer
+
+#: The range log σ is clamped to: σ from 0.0067 to 7.4 (in the action's units). It keeps
+#: importance weights and the KL's 1/σ² finite, whatever the optimizer does to log σ.
+LOG_STD_MIN = -5.0
+LOG_STD_MAX = 2.0
 
 
 class NatureCNN(nn.Module):
@@ -64,12 +77,18 @@ class ActorCritic(nn.Module):
     identifies the architecture in checkpoints.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, arch: str, hidden: tuple[int, ...] = (64, 64)):
+    def __init__(
+        self, obs_shape: tuple[int, ...], n_actions: int, arch: str, hidden: tuple[int, ...] = (64, 64),
+        normalize_obs: bool = False,
+    ):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
         self.n_actions = n_actions
         self.arch = arch
         self.hidden = tuple(hidden) if arch == "mlp" else ()
+        if normalize_obs and arch != "mlp":
+            raise ValueError("observation normalization is for vector observations (the mlp architecture)")
+        self.normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
         if arch == "cnn":
             self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
             self.q_torso: nn.Module | None = None
@@ -101,15 +120,29 @@ class ActorCritic(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def spec(self) -> dict:
-        """The constructor arguments: what a checkpoint must match to be loaded into this net."""
-        return dict(obs_shape=list(self.obs_shape), n_actions=self.n_actions, arch=self.arch, hidden=list(self.hidden))
+        """The constructor arguments: what a checkpoint must match to be loaded into this net.
+
+        Checkpoints written before continuous ACER hold the first four keys only, which
+        :func:`network_from_spec` reads as a categorical net without normalization.
+        """
+        return dict(
+            obs_shape=list(self.obs_shape), n_actions=self.n_actions, arch=self.arch, hidden=list(self.hidden),
+            policy="categorical", normalize_obs=self.normalizer is not None,
+        )
 
     @classmethod
     def from_spec(cls, spec: dict) -> "ActorCritic":
         """A new, freshly initialised network with the architecture :meth:`spec` describes."""
-        return cls(tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]))
+        return cls(
+            tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]),
+            bool(spec.get("normalize_obs", False)),
+        )
+
+    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs if self.normalizer is None else self.normalizer(obs)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        obs = self._normalized(obs)
         features = self.torso(obs)
         pi = torch.softmax(self.policy_head(features), dim=-1)
         q_features = features if self.q_torso is None else self.q_torso(obs)
@@ -117,7 +150,109 @@ class ActorCritic(nn.Module):
 
     def policy(self, obs: torch.Tensor) -> torch.Tensor:
         """π(·|x) alone, skipping the Q head and torso (acting and the average network need only this)."""
-        return torch.softmax(self.policy_head(self.torso(obs)), dim=-1)
+        return torch.softmax(self.policy_head(self.torso(self._normalized(obs))), dim=-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(x) = Σ_a π(a|x) Q(x, a), ``[B]``."""
+        pi, q = self(obs)
+        return (pi * q).sum(-1)
+
+
+class GaussianActorCritic(nn.Module):
+    """A Gaussian policy and a stochastic dueling network (Wang et al. 2017, §5).
+
+    * π(·|x) = N(m_θ(x), diag σ²): an MLP for the mean, and a learned log σ that does not depend
+      on the state (one parameter per action dimension), clamped to [``LOG_STD_MIN``,
+      ``LOG_STD_MAX``]. The paper keeps σ fixed; a learned, state-independent σ starts where a
+      fixed one would (``init_std``) and lets the policy narrow as it improves.
+    * The SDN: a deterministic V(x) and an advantage A(x, a) that takes the action as input
+      (each its own MLP); Q̃ is assembled from them by :func:`acer_sync.losses.sdn_q`.
+
+    ``policy(obs)`` returns φ = [m, log σ], ``[B, 2d]``. Observations go through the running
+    normalizer first when ``normalize_obs`` is set.
+
+    :param obs_shape: ``(stack, D)``.
+    :param action_dim: d.
+    :param hidden: MLP layer sizes, for each of the three MLPs.
+    :param init_std: σ at initialisation, per action dimension.
+    :param normalize_obs: normalize observations with running statistics.
+    """
+
+    def __init__(
+        self, obs_shape: tuple[int, ...], action_dim: int, hidden: tuple[int, ...], init_std: Iterable[float],
+        normalize_obs: bool,
+    ):
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+        self.action_dim = action_dim
+        self.hidden = tuple(hidden)
+        self.init_std = [float(s) for s in init_std]
+        if len(self.init_std) != action_dim or min(self.init_std) <= 0:
+            raise ValueError(f"init_std must be {action_dim} positive numbers, got {self.init_std}")
+        in_features = math.prod(self.obs_shape)
+        self.normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
+        self.torso = MLP(in_features, hidden)
+        self.mean_head = nn.Linear(self.torso.out_features, action_dim)
+        self.log_std = nn.Parameter(torch.log(torch.tensor(self.init_std)))
+        self.value_torso = MLP(in_features, hidden)
+        self.value_head = nn.Linear(self.value_torso.out_features, 1)
+        self.advantage_torso = MLP(in_features + action_dim, hidden)
+        self.advantage_head = nn.Linear(self.advantage_torso.out_features, 1)
+        # A small initial mean keeps the first actions near the middle of the Box.
+        nn.init.orthogonal_(self.mean_head.weight, gain=0.01)
+        nn.init.zeros_(self.mean_head.bias)
+
+    def spec(self) -> dict:
+        return dict(
+            obs_shape=list(self.obs_shape), n_actions=self.action_dim, arch="mlp", hidden=list(self.hidden),
+            policy="gaussian", normalize_obs=self.normalizer is not None, init_std=list(self.init_std),
+        )
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "GaussianActorCritic":
+        return cls(
+            tuple(spec["obs_shape"]), int(spec["n_actions"]), tuple(spec["hidden"]), spec["init_std"],
+            bool(spec["normalize_obs"]),
+        )
+
+    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.float() if self.normalizer is None else self.normalizer(obs)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """φ = [m_θ(x), log σ], ``[B, 2d]``."""
+        mean = self.mean_head(self.torso(self._normalized(obs)))
+        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
+        return torch.cat([mean, log_std], dim=-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(x), ``[B]``."""
+        return self.value_head(self.value_torso(self._normalized(obs))).squeeze(-1)
+
+    def advantage(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """A(x, a) for observations ``[B, ...]`` and actions ``[B, k, d]``: ``[B, k]``.
+
+        Each observation is paired with its k actions (the taken one, the n SDN samples u_i, the
+        bias-correction sample a').
+        """
+        features = self._normalized(obs).flatten(1)  # [B, D]
+        k = actions.shape[1]
+        paired = torch.cat([features.unsqueeze(1).expand(-1, k, -1), actions.float()], dim=-1)
+        return self.advantage_head(self.advantage_torso(paired.reshape(-1, paired.shape[-1]))).reshape(-1, k)
+
+
+Network = ActorCritic | GaussianActorCritic
+
+
+def network_from_spec(spec: dict) -> Network:
+    """A new, freshly initialised network of either kind from its :meth:`spec`."""
+    if spec.get("policy", "categorical") == "gaussian":
+        return GaussianActorCritic.from_spec(spec)
+    return ActorCritic.from_spec(spec)
+
+
+def canonical_spec(spec: dict) -> dict:
+    """``spec`` with every key a current network records (older checkpoints lack some)."""
+    return network_from_spec(spec).spec()
 
 
 @torch.no_grad()
@@ -126,7 +261,11 @@ def polyak_update(average: nn.Module, online: nn.Module, alpha: float) -> None:
 
     Works on the parameter tensors themselves (not on rebound names), so the average network
     really moves: each parameter moves by exactly (1 − α) of its distance to the online one.
+    Buffers (the observation normalizer's running statistics) are copied, not averaged: both
+    networks must see observations normalized the same way.
     """
+    for avg_buffer, online_buffer in zip(average.buffers(), online.buffers()):
+        avg_buffer.copy_(online_buffer)
     avg_params = list(average.parameters())
     online_params = list(online.parameters())
     if len(avg_params) != len(online_params):

@@ -64,6 +64,11 @@ class EnvInfo:
     n_actions: int
     #: Actions played after each lost life without the agent choosing them (:class:`atari.episodes.LifeLossActions`).
     life_loss_actions: tuple[int, ...] = ()
+    #: A Box action space; ``n_actions`` is then its dimension d.
+    continuous: bool = False
+    #: The Box's bounds, ``d`` numbers each (continuous only).
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -105,10 +110,17 @@ def env_info(env_id: str) -> EnvInfo:
         action_meanings = env.unwrapped.get_action_meanings() if atari else []
     finally:
         env.close()
-    if not isinstance(action_space, gym.spaces.Discrete):
+    continuous = isinstance(action_space, gym.spaces.Box)
+    if continuous and (len(action_space.shape) != 1 or not np.all(np.isfinite(action_space.low))
+                       or not np.all(np.isfinite(action_space.high))):
+        raise UserError(
+            f"{env_id} has action space {action_space}; acer_sync supports Box actions only as a flat "
+            "vector with finite bounds"
+        )
+    if not continuous and not isinstance(action_space, gym.spaces.Discrete):
         raise UserError(
             f"{env_id} has a {type(action_space).__name__} action space; acer_sync supports "
-            "discrete actions only until continuous support lands"
+            "Discrete and Box actions only"
         )
     if atari:
         return EnvInfo(
@@ -119,6 +131,12 @@ def env_info(env_id: str) -> EnvInfo:
         raise UserError(
             f"{env_id} has observation space {observation_space}; acer_sync supports Atari frames "
             "and flat vector observations"
+        )
+    if continuous:
+        return EnvInfo(
+            env_id, False, tuple(observation_space.shape), np.dtype(np.float32), 1, int(action_space.shape[0]),
+            continuous=True, action_low=tuple(float(x) for x in action_space.low),
+            action_high=tuple(float(x) for x in action_space.high),
         )
     return EnvInfo(env_id, False, tuple(observation_space.shape), np.dtype(np.float32), 1, int(action_space.n))
 
@@ -189,6 +207,10 @@ class VecEnv:
     lives)``, all numpy arrays with the env on the first axis. ``lives`` is 0 for games without
     lives and for non-Atari envs. ``noop_max`` 0 makes Atari resets deterministic (for tests).
     ``num_threads`` caps the ALE backend's threads (0: one per env, up to the core count).
+
+    After each step, ``final_frames[i]`` is the last frame of the episode env i just ended (the
+    frame returned is already the next episode's first, as autoreset is SAME_STEP), for the envs
+    where ``final_mask[i]``; a truncated episode bootstraps from it.
     """
 
     def __init__(
@@ -230,6 +252,8 @@ class VecEnv:
                 self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        self.final_frames = np.zeros((num_envs, *info.frame_shape), dtype=info.frame_dtype)
+        self.final_mask = np.zeros(num_envs, dtype=bool)
 
     def _frames(self, obs: np.ndarray) -> np.ndarray:
         if self.backend == "ale":
@@ -266,8 +290,22 @@ class VecEnv:
         obs, info = self._call(self.env.reset, seed=seed)
         return self._frames(obs), self._lives(info)
 
+    def _record_final(self, info: dict, ended: np.ndarray) -> None:
+        """Keep the final frames: gymnasium masks them with ``_final_obs``; ale-py's vector env
+        returns ``final_obs`` for every env, meaningful where the episode ended."""
+        self.final_mask[:] = False
+        if "final_obs" not in info:
+            return
+        mask = info.get("_final_obs", ended)
+        for index in np.flatnonzero(mask):
+            final = np.asarray(info["final_obs"][index])
+            self.final_frames[index] = final[0] if self.backend == "ale" else final
+            self.final_mask[index] = True
+
     def step(self, actions: np.ndarray):
-        obs, rewards, terminated, truncated, info = self._call(self.env.step, np.asarray(actions, dtype=np.int64))
+        action_dtype = np.float32 if self.info.continuous else np.int64
+        obs, rewards, terminated, truncated, info = self._call(self.env.step, np.asarray(actions, dtype=action_dtype))
+        self._record_final(info, np.logical_or(terminated, truncated))
         return (
             self._frames(obs),
             np.asarray(rewards, dtype=np.float32),

@@ -28,7 +28,7 @@ from pathlib import Path
 from acer_sync.config import Config, build_config, validate
 from acer_sync.config_file import check_setting, read_yaml_mapping
 from acer_sync.errors import UserError
-from atari.envs import is_atari
+from atari.envs import env_info
 
 REQUIRED_KEYS = ("name", "envs", "seeds")
 OPTIONAL_KEYS = ("settings", "trial", "failures")
@@ -139,7 +139,7 @@ def load_sweep(path: Path) -> Sweep:
     failures = payload.get("failures", DEFAULT_FAILURES)
     if not is_int(failures) or failures < 0:
         raise UserError(f"{source}: failures must be a whole number >= 0, got {failures!r}")
-    atari = {env: is_atari(env) for env in envs}  # unknown env ids fail here, with close matches
+    infos = {env: env_info(env) for env in envs}  # unknown env ids fail here, with close matches
     if gpus == 0 and "cuda" in axes.get("device", []):
         raise UserError(f"{source}: settings.device is cuda but trial.gpus is 0; give each trial a share of a GPU")
 
@@ -149,7 +149,9 @@ def load_sweep(path: Path) -> Sweep:
         settings = dict(zip(axes, point))
         name_parts = [env.replace("/", "-"), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
         trial_name = "_".join(name_parts)
-        config = build_config(atari[env], {**settings, "env": env, "seed": seed, "threads": cpus})
+        config = build_config(
+            infos[env].atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=infos[env].continuous
+        )
         problems = validate(config)
         if problems:
             raise UserError(f"{source}: trial {trial_name}: {problems[0]}")

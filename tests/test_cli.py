@@ -102,7 +102,8 @@ def test_resume_refuses_conflicting_flags(pong_run):
     "args, message",
     [
         (["--env", "Pongg-v4"], "unknown env id"),
-        (["--env", "Pendulum-v1"], "discrete actions only"),
+        (["--normalize-obs"], "--normalize-obs is for vector observations"),
+        (["--sdn-samples", "0"], "--sdn-samples must be >= 1"),
         (["--nsteps", "0"], "--nsteps must be >= 1"),
         (["--num-envs", "0"], "--num-envs must be >= 1"),
         (["--lr", "-1"], "--lr must be"),
@@ -119,6 +120,31 @@ def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
     line = one_line_error(run("train.py", *args, "--run-dir", tmp_path / "run"))
     assert message in line
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+UNSUPPORTED_ACTIONS = """
+import sys
+sys.path.insert(0, {root!r})
+import gymnasium as gym, numpy as np
+from acer_sync.errors import run_cli
+import train
+
+class MultiDiscreteEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+gym.register("MultiDiscreteTest-v0", entry_point=MultiDiscreteEnv)
+run_cli(lambda: train.main(sys.argv[1:]), "train.py")
+"""
+
+
+def test_unsupported_action_space_gets_a_one_line_error(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", UNSUPPORTED_ACTIONS.format(root=str(ROOT)), "--env", "MultiDiscreteTest-v0",
+         "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert "MultiDiscrete action space; acer_sync supports Discrete and Box actions only" in one_line_error(result)
 
 
 def test_unwritable_run_dir(tmp_path):

@@ -191,9 +191,17 @@ def test_unknown_env_suggests_close_matches():
         env_info("PongNoFrameskip-v5x")
 
 
-def test_continuous_actions_are_refused():
-    with pytest.raises(UserError, match="discrete actions only"):
-        env_info("Pendulum-v1")
+class MultiDiscreteEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+
+gym.register("MultiDiscreteTest-v0", entry_point=MultiDiscreteEnv)
+
+
+def test_multidiscrete_actions_are_refused():
+    with pytest.raises(UserError, match="MultiDiscrete action space; acer_sync supports Discrete and Box actions only"):
+        env_info("MultiDiscreteTest-v0")
 
 
 def test_ale_backend_refuses_non_atari():

@@ -8,6 +8,7 @@ meanwhile, so it is sure to be unfinished), and the same command is run again to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from acer_sync.config import build_config
+from acer_sync.config import Config, build_config
 from acer_sync.config_file import load_config_file
 from acer_sync.errors import UserError
 from sweeps.spec import load_sweep
@@ -245,7 +246,7 @@ def test_sweep_file_mistakes_are_one_line_user_errors(tmp_path, text, message):
 
 def test_shipped_sweep_files_load():
     for path in sorted((ROOT / "configs").glob("*.yaml")):
-        if path.name in ("atari.yaml", "classic.yaml"):
+        if path.name in ("atari.yaml", "classic.yaml", "continuous.yaml"):
             continue
         assert load_sweep(path).trials, path
     assert len(load_sweep(ROOT / "configs" / "cartpole-rr.yaml").trials) == 4
@@ -254,6 +255,22 @@ def test_shipped_sweep_files_load():
 def test_shipped_preset_files_hold_the_presets():
     assert build_config(True, load_config_file(ROOT / "configs" / "atari.yaml")) == build_config(True, {})
     assert build_config(False, load_config_file(ROOT / "configs" / "classic.yaml")) == build_config(False, {})
+    continuous = build_config(False, {}, continuous=True)
+    assert build_config(False, load_config_file(ROOT / "configs" / "continuous.yaml"), continuous=True) == continuous
+    for name, preset in (("atari.yaml", build_config(True, {})), ("classic.yaml", build_config(False, {})),
+                         ("continuous.yaml", continuous)):
+        # Every value a preset changes is written in its file, not only left to the preset.
+        written = load_config_file(ROOT / "configs" / name)
+        changed = {key for key, value in dataclasses.asdict(preset).items() if value != getattr(Config(), key)}
+        assert changed <= set(written), (name, changed - set(written))
+
+
+def test_sweep_trials_take_the_preset_of_their_env_kind(tmp_path):
+    sweep = load_sweep(write(tmp_path, "name: s\nenvs: [CartPole-v1, Pendulum-v1]\nseeds: [0]\n"))
+    cartpole, pendulum = (trial.config for trial in sweep.trials)
+    assert cartpole == build_config(False, dict(env="CartPole-v1", seed=0, threads=1))
+    assert pendulum == build_config(False, dict(env="Pendulum-v1", seed=0, threads=1), continuous=True)
+    assert pendulum.normalize_obs and not cartpole.normalize_obs
 
 
 def test_train_config_file_overrides_the_preset_and_a_flag_overrides_the_file(tmp_path):

@@ -1,0 +1,140 @@
+"""Continuous ACER end to end: the Gaussian net and SDN, normalization through resume, learning Pendulum."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+from acer_sync.agent import ACER, Batch
+from acer_sync.checkpoint import load_checkpoint
+from acer_sync.config import Config, build_config
+from acer_sync.learn import Trainer
+from acer_sync.networks import LOG_STD_MAX, LOG_STD_MIN, GaussianActorCritic, canonical_spec, network_from_spec
+from acer_sync.normalization import ObservationNormalizer
+from atari.envs import env_info
+
+
+def test_running_normalizer_matches_numpy():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 1, 3)) for n in (5, 1, 17, 40)]
+    normalizer = ObservationNormalizer((1, 3))
+    for batch in batches:
+        normalizer.update(torch.from_numpy(batch))
+    everything = np.concatenate(batches)
+    np.testing.assert_allclose(normalizer.mean.numpy(), everything.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(normalizer.var.numpy(), everything.var(0), rtol=1e-4)
+    normalized = normalizer(torch.from_numpy(everything).float()).numpy()
+    np.testing.assert_allclose(normalized.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(normalized.std(0), 1.0, rtol=1e-3)
+
+
+def test_gaussian_network_shapes_and_log_std_clamp():
+    model = GaussianActorCritic((1, 3), 2, (8,), [0.6, 0.6], normalize_obs=True)
+    obs = torch.randn(4, 1, 3)
+    stats = model.policy(obs)
+    assert stats.shape == (4, 4)
+    torch.testing.assert_close(stats[:, 2:], torch.full((4, 2), float(np.log(0.6))))
+    assert model.value(obs).shape == (4,) and model.advantage(obs, torch.randn(4, 7, 2)).shape == (4, 7)
+    with torch.no_grad():
+        model.log_std.copy_(torch.tensor([-100.0, 100.0]))
+    assert model.policy(obs)[0, 2:].tolist() == [LOG_STD_MIN, LOG_STD_MAX]
+    assert canonical_spec(model.spec()) == model.spec()
+    assert isinstance(network_from_spec(model.spec()), GaussianActorCritic)
+
+
+def test_gaussian_update_moves_the_policy_and_stays_finite():
+    torch.manual_seed(0)
+    model = GaussianActorCritic((1, 3), 1, (16,), [0.5], normalize_obs=False)
+    agent = ACER(model, Config(env="test", nsteps=6, num_envs=2, hidden="16", c=5.0))
+    g = torch.Generator().manual_seed(1)
+    T, N = 6, 2
+    batch = Batch(
+        obs=torch.randn(T + 1, N, 1, 3, generator=g), actions=torch.randn(T, N, 1, generator=g),
+        mu=torch.cat([torch.zeros(T, N, 1), torch.full((T, N, 1), -1.0)], -1), rewards=torch.randn(T, N, generator=g),
+        dones=torch.zeros(T, N), timeout_values=torch.zeros(T, N),
+    )
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    stats = agent.update(batch, lr=1e-2)
+    assert stats["nonfinite"].item() == 0 and all(torch.isfinite(v).all() for v in stats.values())
+    unmoved = {name for name, p in model.named_parameters() if torch.equal(before[name], p)}
+    # Q̃ = V + A(a) − mean_i A(u_i): a constant in A cancels, so A's output bias gets no gradient.
+    assert unmoved == {"advantage_head.bias"}
+
+
+def test_trust_region_shrinks_the_gaussian_kl_step():
+    def kl_after(trust_region: bool) -> float:
+        torch.manual_seed(5)
+        model = GaussianActorCritic((1, 4), 2, (16,), [0.5, 0.5], normalize_obs=False)
+        agent = ACER(model, Config(env="test", nsteps=4, num_envs=4, hidden="16", trust_region=trust_region, delta=1e-3))
+        g = torch.Generator().manual_seed(6)
+        batch = Batch(
+            obs=torch.randn(5, 4, 1, 4, generator=g), actions=torch.randn(4, 4, 2, generator=g),
+            mu=model.policy(torch.randn(16, 1, 4, generator=g)).detach().reshape(4, 4, 4),
+            rewards=torch.randn(4, 4, generator=g) * 10, dones=torch.zeros(4, 4),
+        )
+        for _ in range(3):
+            agent.update(batch, lr=1e-2)
+        with torch.no_grad():
+            flat = batch.obs[:-1].reshape(16, 1, 4)
+            return float(agent.distribution.kl(agent.average_model.policy(flat), model.policy(flat)).mean())
+
+    assert kl_after(True) < kl_after(False)
+
+
+def pendulum_config(**overrides):
+    values = dict(env="Pendulum-v1", vec_env="sync", device="cpu", eval_every=0, log_interval=5)
+    values.update(overrides)
+    return build_config(False, values, continuous=True)
+
+
+def test_observation_normalization_survives_checkpoint_and_resume(tmp_path):
+    config = pendulum_config(total_timesteps=400, num_envs=2, nsteps=20, replay_start=40, hidden="8")
+    assert config.normalize_obs
+    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    payload = load_checkpoint(tmp_path)
+    saved = {k: v for k, v in payload["model"].items() if k.startswith("normalizer.")}
+    assert float(saved["normalizer.count"]) > 400 and float(saved["normalizer.var"].min()) != 1.0
+    resumed = Trainer(config, env_info("Pendulum-v1"), tmp_path, resume=payload, progress_bar=False)
+    for name, value in saved.items():
+        assert torch.equal(resumed.model.state_dict()[name], value)
+        assert torch.equal(resumed.agent.average_model.state_dict()[name], value)
+    resumed.close()
+
+
+def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
+    import play
+
+    config = pendulum_config(total_timesteps=200, num_envs=2, nsteps=20, hidden="8")
+    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    assert play.main([str(tmp_path), "--episodes", "2", "--greedy"]) == 0
+    assert "mean score over 2 episodes" in capsys.readouterr().out
+
+
+def test_continuous_preset_is_chosen_for_box_actions():
+    config = build_config(False, dict(env="HalfCheetah-v5"), continuous=True)
+    assert (config.nsteps, config.c, config.alpha, config.buffer_size, config.sdn_samples) == (20, 5.0, 0.995, 5_000, 5)
+    info = env_info("InvertedPendulum-v5")
+    assert info.continuous and info.n_actions == 1 and info.action_low == (-3.0,)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Small MLPs act 16x faster on one thread than on two when the 2-core machine is busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_pendulum_is_solved(tmp_path, one_torch_thread):
+    """docs/runs/Pendulum-v1's setting: the continuous preset (k = 20, replay ratio 8, δ = 0.25) with
+    γ = 0.9. After 100k steps (about 1 minute on one core) 100 evaluation episodes averaged −176 on
+    the 2-core machine (seeds 1 and 2: −210, −209); we ask for −250 to allow for another machine's
+    rounding."""
+    config = pendulum_config(seed=0, total_timesteps=100_000, gamma=0.9, eval_every=100_000, eval_episodes=100)
+    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    with open(tmp_path / "progress.csv", newline="") as handle:
+        last = list(csv.DictReader(handle))[-1]
+    assert int(last["eval_episodes"]) == 100 and float(last["eval_mean"]) >= -250, last["eval_mean"]
