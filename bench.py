@@ -38,7 +38,7 @@ from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import Trainer, build_model
 from acer_sync.optim import RMSpropTF
 from acer_sync.run_metadata import package_versions
-from atari.envs import VecEnv, choose_backend, env_info, is_atari
+from atari.envs import VecEnv, choose_backend, env_info
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
 BENCH_BUFFER_STEPS = 2_000
@@ -174,11 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9,
                      checkpoint_every=10**12, total_timesteps=10**12)
-    config = build_config(is_atari(args.env), overrides)
+    info = env_info(args.env)
+    if info.continuous:
+        raise UserError(f"bench.py measures discrete-action envs only; {args.env} has continuous actions "
+                        "(time a continuous run with train.py, whose progress.csv logs steps/s)")
+    config = build_config(info.atari, overrides)
     problems = validate(config)
     if problems:
         raise UserError("; ".join(problems))
-    info = env_info(config.env)
     quarter = args.seconds / 4
     rng = np.random.default_rng(0)
 

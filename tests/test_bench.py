@@ -35,6 +35,12 @@ def test_bench_rejects_bad_seconds():
     assert "--seconds must be" in one_line_error(result)
 
 
+def test_bench_refuses_continuous_envs_in_one_line():
+    result = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--env", "Pendulum-v1", "--seconds", "1"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "discrete-action envs only" in one_line_error(result)
+
+
 @pytest.mark.slow
 def test_bench_sweep_prints_json_with_both_ratios():
     result = subprocess.run(
