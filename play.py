@@ -53,6 +53,22 @@ def load_model(payload: dict, checkpoint: Path) -> tuple[Network, str]:
     return model, env_id
 
 
+def follow_the_agent(env: VecEnv) -> None:
+    """Film a MuJoCo task from its model's ``track`` camera, which follows the body.
+
+    gymnasium's default is a camera fixed in the world (unless a camera is named), from which
+    HalfCheetah-v5 runs out of the picture within seconds. Other envs are left as they are.
+    """
+    renderer = getattr(env.env.envs[0].unwrapped, "mujoco_renderer", None)
+    if renderer is None:
+        return
+    import mujoco
+
+    track = mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
+    if track >= 0:
+        renderer.camera_id = track
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.episodes < 1:
@@ -76,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     except gym.error.DependencyNotInstalled as error:
         raise UserError(f"rendering {env_id} needs a missing package: {error}") from None
 
+    if args.video is not None:
+        follow_the_agent(env)
     writer = None
     frames_written = 0
 

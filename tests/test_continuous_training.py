@@ -111,6 +111,25 @@ def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
     assert "mean score over 2 episodes" in capsys.readouterr().out
 
 
+def test_videos_follow_mujoco_agents_with_the_track_camera():
+    import mujoco
+
+    import play
+    from atari.envs import VecEnv
+
+    cheetah = VecEnv(env_info("HalfCheetah-v5"), 1, "sync", render_mode="rgb_array")  # no GL until a frame is drawn
+    pendulum = VecEnv(env_info("Pendulum-v1"), 1, "sync", render_mode="rgb_array")
+    try:
+        renderer = cheetah.env.envs[0].unwrapped.mujoco_renderer
+        assert renderer.camera_id == -1  # gymnasium's camera fixed in the world
+        play.follow_the_agent(cheetah)
+        assert renderer.camera_id == mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0
+        play.follow_the_agent(pendulum)  # not MuJoCo: left alone
+    finally:
+        cheetah.close()
+        pendulum.close()
+
+
 def test_continuous_preset_is_chosen_for_box_actions():
     config = build_config(False, dict(env="HalfCheetah-v5"), continuous=True)
     assert (config.nsteps, config.c, config.alpha, config.buffer_size, config.sdn_samples) == (20, 5.0, 0.995, 5_000, 5)
