@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from typing import Callable
 
@@ -25,5 +27,19 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED:
+        signal.signal(signal.SIGINT, _exit_at_once)
     sys.exit(code or 0)
+
+
+def _exit_at_once(signum, frame) -> None:
+    """A Ctrl-C after the run has already stopped for one: the checkpoint is saved, and what is
+    left is Python's teardown (finalizers closing env pipes, atexit). Exit 130 there and then,
+    instead of a KeyboardInterrupt traceback printed from inside a finalizer."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)

@@ -254,3 +254,27 @@ def test_two_sigints_exit_130_and_keep_a_loadable_checkpoint(tmp_path):
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert load_checkpoint(run_dir)["counters"]["timesteps"] > 0
+
+
+def test_ctrl_c_during_teardown_after_an_interrupted_run_exits_130_in_silence(tmp_path):
+    # The run has stopped for a first SIGINT and returns 130; a finalizer is still running (here
+    # an atexit callback standing in for the env pipes' finalizers) when the second one lands.
+    script = tmp_path / "teardown.py"
+    script.write_text(
+        "import atexit, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from acer_sync.errors import EXIT_INTERRUPTED, run_cli\n"
+        "atexit.register(lambda: (print('tearing down', flush=True), time.sleep(5)))\n"
+        "run_cli(lambda: EXIT_INTERRUPTED, 'teardown.py')\n"
+    )
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "tearing down\n"
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert time.monotonic() - started < 4  # at once, not after the finalizer
