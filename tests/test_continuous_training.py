@@ -146,7 +146,6 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.slow
 def test_pendulum_is_solved(tmp_path, one_torch_thread):
     """docs/runs/Pendulum-v1's setting: the continuous preset (k = 20, replay ratio 8, δ = 0.25) with
     γ = 0.9. After 100k steps (about 1 minute on one core) 100 evaluation episodes averaged −176 on
