@@ -59,7 +59,7 @@ def follow_the_agent(env: VecEnv) -> None:
     gymnasium's default is a camera fixed in the world (unless a camera is named), from which
     HalfCheetah-v5 runs out of the picture within seconds. Other envs are left as they are.
     """
-    renderer = getattr(env.env.envs[0].unwrapped, "mujoco_renderer", None)
+    renderer = getattr(env.first_env().unwrapped, "mujoco_renderer", None)
     if renderer is None:
         return
     import mujoco

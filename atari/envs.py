@@ -314,9 +314,16 @@ class VecEnv:
             self._lives(info),
         )
 
+    def first_env(self) -> gym.Env:
+        """Env 0 itself, wrappers included (the ``sync`` backend only: the others hold no env here)."""
+        envs = getattr(self.env, "envs", None)
+        if envs is None:
+            raise UserError(f"env 0 lives in another process or library on the {self.backend} backend; only sync reaches it")
+        return envs[0]
+
     def render(self) -> np.ndarray:
-        """The RGB frame of env 0 (needs ``render_mode='rgb_array'`` and a gymnasium backend)."""
-        return self.env.envs[0].render()
+        """The RGB frame of env 0 (needs ``render_mode='rgb_array'`` and the ``sync`` backend)."""
+        return self.first_env().render()
 
     def close(self) -> None:
         """Close the envs; after a worker died, terminate the rest instead of waiting on them."""

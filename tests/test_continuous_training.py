@@ -120,7 +120,7 @@ def test_videos_follow_mujoco_agents_with_the_track_camera():
     cheetah = VecEnv(env_info("HalfCheetah-v5"), 1, "sync", render_mode="rgb_array")  # no GL until a frame is drawn
     pendulum = VecEnv(env_info("Pendulum-v1"), 1, "sync", render_mode="rgb_array")
     try:
-        renderer = cheetah.env.envs[0].unwrapped.mujoco_renderer
+        renderer = cheetah.first_env().unwrapped.mujoco_renderer
         assert renderer.camera_id == -1  # gymnasium's camera fixed in the world
         play.follow_the_agent(cheetah)
         assert renderer.camera_id == mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0

@@ -209,6 +209,18 @@ def test_ale_backend_refuses_non_atari():
         VecEnv(env_info("CartPole-v1"), 1, "ale")
 
 
+def test_only_the_sync_backend_hands_out_env_0():
+    sync = VecEnv(env_info("CartPole-v1"), 1, "sync")
+    subproc = VecEnv(env_info("CartPole-v1"), 1, "subproc")
+    try:
+        assert sync.first_env().spec.id == "CartPole-v1"
+        with pytest.raises(UserError, match="on the subproc backend; only sync reaches it"):
+            subproc.first_env()
+    finally:
+        sync.close()
+        subproc.close()
+
+
 @pytest.mark.parametrize("game, distinct", [("pong", 30), ("breakout", 30), ("seaquest", 24)])
 def test_ale_noop_starts_are_as_varied_as_baselines(game, distinct):
     """ale-py's vector env starts a game with 0-29 no-op frames and one FIRE frame; Baselines
