@@ -277,7 +277,7 @@ def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Pat
         if reference is not None and axis != "hours":
             steps, returns = np.array(reference[0], dtype=float), reference[1]
             scale = {"steps": 1, "frames": FRAMES_PER_ATARI_STEP, "updates": BASELINES_UPDATES_PER_STEP}[axis]
-            panel.plot(steps * scale, returns, "s--", color="black", markersize=5, linewidth=0.8, label=BASELINES_LABEL)
+            panel.plot(steps * scale, returns, "s--", color="black", markersize=3, linewidth=0.8, label=BASELINES_LABEL)
         panel.set(title=env, xlabel=X_LABELS[axis], ylabel="episode return (train: mean of last 100)")
         panel.grid(alpha=0.3)
         panel.legend(fontsize="small")

@@ -132,9 +132,14 @@ def test_updates_axis_without_an_updates_column_is_a_user_error(tmp_path):
 
 
 def test_baselines_pong_curve_is_kept_with_its_source():
-    assert baselines_curve("PongNoFrameskip-v4") == (
-        [1_000_000, 2_000_000, 3_000_000, 4_000_000, 6_000_000, 10_000_000], [-20.0, -15.9, 1.5, 12.7, 18.3, 19.5]
-    )
+    steps, returns = baselines_curve("PongNoFrameskip-v4")
+    assert steps == [step * 250_000 for step in range(2, 21)] + [step * 1_000_000 for step in range(6, 11)]
+    assert len(returns) == len(steps)
+    by_step = dict(zip(steps, returns))
+    # The table, at 1M to 10M steps.
+    assert [by_step[step * 1_000_000] for step in (1, 2, 3, 4, 6, 10)] == [-20.0, -15.9, 1.5, 12.7, 18.3, 19.5]
+    # The steep part, between the table's points: linear interpolation would put 3.5M at +7.1.
+    assert [by_step[step] for step in (2_500_000, 2_750_000, 3_250_000, 3_500_000)] == [-10.3, -4.6, 5.7, 8.8]
     assert baselines_curve("BreakoutNoFrameskip-v4") is None and baselines_curve("CartPole-v1") is None
     sources = json.loads((files("acer_sync") / "data" / "atari_scores.json").read_text())["sources"]
     assert "benchmarks_atari10M" in sources["baselines_curve"]
