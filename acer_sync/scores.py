@@ -46,7 +46,7 @@ def published_acer(env_id: str) -> float | None:
 
 
 def baselines_curve(env_id: str) -> tuple[list[int], list[float]] | None:
-    """Baselines' ACER curve as ``(agent steps, mean 100-episode return)`` points, or None."""
+    """Baselines' ACER curve as ``(agent steps, mean training return of 6 runs)`` points, or None."""
     game = game_name(env_id)
     curve = None if game is None else score_table()[game].get("baselines_curve")
     return None if curve is None else (list(curve["steps"]), list(curve["returns"]))
