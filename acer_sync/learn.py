@@ -105,6 +105,7 @@ class GracefulStop:
 
     def __init__(self):
         self.signal_name: str | None = None
+        self.interrupted_twice = False
         self._previous = {}
 
     def __enter__(self):
@@ -116,9 +117,11 @@ class GracefulStop:
 
     def _handle(self, signum, frame):
         if self.signal_name is not None:
+            # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
+            # zip writer raises a RuntimeError from its __exit__), so remember that it came.
+            self.interrupted_twice = True
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -300,10 +303,13 @@ class Trainer:
         with GracefulStop() as stop:
             try:
                 return self._run_until_done_or_stopped(stop, bar)
-            except KeyboardInterrupt:
-                # A second SIGINT may land anywhere: in an update, in the final save (whose atomic
-                # write leaves the previous checkpoint in place) or while the envs close. Exit at
-                # once without cleaning up; the vector envs' finalizers terminate their workers.
+            except BaseException as error:
+                # A second signal may land anywhere: in an update, in the final save (whose atomic
+                # write leaves the previous checkpoint in place) or while the envs close, and what
+                # it interrupts may re-raise it as another error. Exit at once without cleaning up;
+                # the vector envs' finalizers terminate their workers.
+                if not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
+                    raise
                 print("train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept", file=sys.stderr, flush=True)
                 return EXIT_INTERRUPTED
 

@@ -6,6 +6,7 @@ every phase that builds or uses envs (env creation, the first evaluation, replay
 """
 
 import ast
+import os
 import signal
 import subprocess
 import sys
@@ -95,6 +96,50 @@ def test_a_signal_after_an_evaluation_saves_exits_130_and_the_run_resumes(tmp_pa
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming at step {saved_steps}" in resumed.stdout
     assert int(read_progress(run_dir)[-1]["total_timesteps"]) == saved_steps + 160
+
+
+def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exits_130(tmp_path, capsys):
+    # torch.save's zip writer re-raises a KeyboardInterrupt that lands in it as a RuntimeError from
+    # its __exit__; the trainer must still take it for the second Ctrl-C, not crash with a traceback.
+    config = build_config(False, dict(
+        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=10_000,
+        buffer_size=100, replay_start=20, eval_every=0, checkpoint_every=10_000, log_interval=1,
+    ))
+    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    iteration = trainer._iteration
+
+    def first_sigint_after_an_iteration(bar):
+        iteration(bar)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def save_interrupted_by_a_second_sigint(periodic):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 64 vs 0") from interrupt
+
+    trainer._iteration = first_sigint_after_an_iteration
+    trainer.save = save_interrupted_by_a_second_sigint
+    assert trainer.train() == 130
+    assert "second SIGINT: exiting at once" in capsys.readouterr().err
+    trainer.env.close()
+
+
+def test_an_error_without_a_second_signal_is_not_taken_for_one(tmp_path):
+    config = build_config(False, dict(
+        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=10_000,
+        buffer_size=100, replay_start=20, eval_every=0, checkpoint_every=10_000, log_interval=1,
+    ))
+    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+
+    def failing_iteration(bar):
+        raise RuntimeError("a real bug")
+
+    trainer._iteration = failing_iteration
+    with pytest.raises(RuntimeError, match="a real bug"):
+        trainer.train()
+    trainer.env.close()
 
 
 def test_the_atari_package_never_imports_the_trainer_package():
