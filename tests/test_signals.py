@@ -98,14 +98,19 @@ def test_a_signal_after_an_evaluation_saves_exits_130_and_the_run_resumes(tmp_pa
     assert int(read_progress(run_dir)[-1]["total_timesteps"]) == saved_steps + 160
 
 
-def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exits_130(tmp_path, capsys):
-    # torch.save's zip writer re-raises a KeyboardInterrupt that lands in it as a RuntimeError from
-    # its __exit__; the trainer must still take it for the second Ctrl-C, not crash with a traceback.
+def small_cartpole_trainer(run_dir):
+    """A short in-process CartPole run on the sync backend, for tests that patch the loop."""
     config = build_config(False, dict(
         env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=10_000,
         buffer_size=100, replay_start=20, eval_every=0, checkpoint_every=10_000, log_interval=1,
     ))
-    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    return Trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False)
+
+
+def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exits_130(tmp_path, capsys):
+    # torch.save's zip writer re-raises a KeyboardInterrupt that lands in it as a RuntimeError from
+    # its __exit__; the trainer must still take it for the second Ctrl-C, not crash with a traceback.
+    trainer = small_cartpole_trainer(tmp_path)
     iteration = trainer._iteration
 
     def first_sigint_after_an_iteration(bar):
@@ -127,11 +132,7 @@ def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exit
 
 
 def test_an_error_without_a_second_signal_is_not_taken_for_one(tmp_path):
-    config = build_config(False, dict(
-        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=10_000,
-        buffer_size=100, replay_start=20, eval_every=0, checkpoint_every=10_000, log_interval=1,
-    ))
-    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    trainer = small_cartpole_trainer(tmp_path)
 
     def failing_iteration(bar):
         raise RuntimeError("a real bug")
