@@ -14,12 +14,14 @@ import csv
 import json
 import math
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from acer_sync.cli import OneLineParser
+from acer_sync.config import Config
 from acer_sync.errors import UserError, run_cli
 from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
 
@@ -28,6 +30,9 @@ IGNORED_FOR_GROUPING = (
     "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "checkpoint_every",
     "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
 )
+#: What a setting that a config.json lacks was: a run written before the setting existed behaved as
+#: its default does (``reward_scale`` 1, no observation normalization, ...).
+SETTING_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Config)}
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
 USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean", "updates")
 PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"
@@ -141,10 +146,12 @@ def run_directories(paths: list[Path]) -> list[Path]:
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
-    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING`; first-seen order."""
+    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING`; first-seen order.
+    A setting a config lacks counts as its default (:data:`SETTING_DEFAULTS`)."""
     groups: dict[str, Group] = {}
     for run in runs:
-        settings = {key: value for key, value in run.config.items() if key not in (*IGNORED_FOR_GROUPING, "env")}
+        config = {**SETTING_DEFAULTS, **run.config}
+        settings = {key: value for key, value in config.items() if key not in (*IGNORED_FOR_GROUPING, "env")}
         key = json.dumps([run.env, settings], sort_keys=True, default=str)
         previous = groups.get(key)
         groups[key] = Group(run.env, settings, (previous.runs if previous else ()) + (run,))

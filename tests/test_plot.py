@@ -87,6 +87,19 @@ def test_runs_differing_only_in_seed_device_or_length_form_one_group(tmp_path):
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["lr=0.0007", "lr=0.001"]
 
 
+def test_a_setting_missing_from_an_older_config_counts_as_its_default(tmp_path):
+    """Seed 0 of docs/runs/pong_defaults predates ``reward_scale`` and ``normalize_obs``; seed 1
+    records their defaults. They are one config, two seeds; a non-default value is not."""
+    runs = [
+        write_run(tmp_path / "old_s0", seed=0),
+        write_run(tmp_path / "new_s1", seed=1, reward_scale=1.0, normalize_obs=False),
+        write_run(tmp_path / "scaled", seed=0, reward_scale=0.1),
+    ]
+    groups = plot.group_runs([plot.load_run(path) for path in runs])
+    assert [len(group.runs) for group in groups] == [2, 1]
+    assert [plot.distinguishing_text(group, groups) for group in groups] == ["reward_scale=1", "reward_scale=0.1"]
+
+
 def test_a_lone_group_is_labelled_by_its_env(tmp_path):
     groups = plot.group_runs([plot.load_run(write_run(tmp_path / "run"))])
     assert plot.distinguishing_text(groups[0], groups) == ""
