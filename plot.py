@@ -14,14 +14,13 @@ import csv
 import json
 import math
 import sys
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from acer_sync.cli import OneLineParser
-from acer_sync.config import Config
+from acer_sync.config import fields as config_fields
 from acer_sync.errors import UserError, run_cli
 from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
 
@@ -32,7 +31,7 @@ IGNORED_FOR_GROUPING = (
 )
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
 #: its default does (``reward_scale`` 1, no observation normalization, ...).
-SETTING_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Config)}
+SETTING_DEFAULTS = {field.name: field.default for field in config_fields()}
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
 USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean", "updates")
 PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"
@@ -161,7 +160,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
 def distinguishing_text(group: Group, groups: list[Group]) -> str:
     """``key=value`` for each config key on which ``group`` differs from another group of its env."""
     rivals = [other.settings for other in groups if other.env == group.env]
-    # Keys a config lacks (written by an older version) do not distinguish anything.
+    # group_runs fills in every Config setting; any other key a config lacks distinguishes nothing.
     keys = sorted({key for other in rivals for key in other.keys() & group.settings.keys() if other[key] != group.settings[key]})
     return " ".join(f"{key}={format_value(group.settings.get(key))}" for key in keys)
 
