@@ -30,8 +30,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from acer_sync.agent import to_batch
-from acer_sync.buffer import ReplayBuffer, Segment
+from acer_sync.buffer import SEGMENT, ReplayBuffer, Segment, empty_segment, to_batch
 from acer_sync.cli import OneLineParser
 from acer_sync.config import build_config, validate
 from acer_sync.errors import UserError, run_cli
@@ -57,22 +56,24 @@ def parse_args(argv: list[str]):
     return parser.parse_args(argv)
 
 
-def synthetic_segment(rng: np.random.Generator, info, num_envs: int, nsteps: int) -> Segment:
+def synthetic_segment(rng: np.random.Generator, info, fields, num_envs: int, nsteps: int) -> Segment:
     """A segment of random frames and a random behaviour policy, shaped like the Runner's."""
-    frames_shape = (nsteps + 1, num_envs, *info.frame_shape)
+    segment = empty_segment(fields, nsteps, num_envs)
+    frames_shape = segment.frames.shape
     if info.frame_dtype == np.uint8:
-        frames = rng.integers(0, 256, frames_shape, dtype=np.uint8)
+        segment.frames[...] = rng.integers(0, 256, frames_shape, dtype=np.uint8)
     else:
-        frames = rng.standard_normal(frames_shape).astype(info.frame_dtype)
-    mu = rng.dirichlet(np.ones(info.n_actions), (nsteps, num_envs)).astype(np.float32)
-    return Segment(
-        frames=frames,
-        firsts=rng.random((nsteps + 1, num_envs)) < 0.01,
-        actions=rng.integers(0, info.n_actions, (nsteps, num_envs)),
-        mu=mu,
-        rewards=rng.choice([-1.0, 0.0, 1.0], (nsteps, num_envs)).astype(np.float32),
-        dones=rng.random((nsteps, num_envs)) < 0.01,
-    )
+        segment.frames[...] = rng.standard_normal(frames_shape).astype(info.frame_dtype)
+    segment.firsts[...] = rng.random((nsteps + 1, num_envs)) < 0.01
+    segment.actions[...] = rng.integers(0, info.n_actions, (nsteps, num_envs))
+    segment.mu[...] = rng.dirichlet(np.ones(info.n_actions), (nsteps, num_envs))
+    segment.rewards[...] = rng.choice([-1.0, 0.0, 1.0], (nsteps, num_envs))
+    segment.dones[...] = rng.random((nsteps, num_envs)) < 0.01
+    segment.timeout_values[...] = 0.0
+    for field in fields:
+        if field.per == SEGMENT:
+            segment[field.name][...] = 0.0
+    return segment
 
 
 def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
@@ -100,16 +101,17 @@ def bench_env(info, config, seconds: float) -> float:
 def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> float:
     """ACER's learner on buffer data, without the env: acting passes, put, updates."""
     cfg, info = trainer.config, trainer.info
-    stacked = rng.integers(0, 256, (cfg.num_envs, *info.obs_shape)).astype(info.frame_dtype)
+    actor, fields = trainer.runner.actor, trainer.fields
+    actor.observation[...] = rng.integers(0, 256, (cfg.num_envs, *info.obs_shape)).astype(info.frame_dtype)
     off_policy = int(round(cfg.replay_ratio))
 
     def iteration():
         for _ in range(cfg.nsteps):
-            trainer.runner.act(stacked)
-        trainer.buffer.put(synthetic_segment(rng, info, cfg.num_envs, cfg.nsteps))
-        trainer.agent.update(to_batch(trainer.buffer.latest(), info.stack, trainer.device), cfg.lr)
+            actor.act()
+        trainer.buffer.put(synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps))
+        trainer.agent.update(to_batch(trainer.buffer.latest(), fields, info.stack, trainer.device), cfg.lr)
         for _ in range(off_policy):
-            trainer.agent.update(to_batch(trainer.buffer.sample(trainer.sampler), info.stack, trainer.device), cfg.lr)
+            trainer.agent.update(to_batch(trainer.buffer.sample(trainer.sampler), fields, info.stack, trainer.device), cfg.lr)
 
     calls, elapsed = timed_loop(iteration, seconds)
     return calls * cfg.num_envs * cfg.nsteps / elapsed
@@ -126,17 +128,21 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     high = 256 if info.frame_dtype == np.uint8 else 2
     dtype = torch.uint8 if info.frame_dtype == np.uint8 else torch.float32
     acting_obs = torch.randint(0, high, (N, *info.obs_shape), device=device).to(dtype)
-    batch_obs = torch.randint(0, high, ((T + 1) * N, *info.obs_shape), device=device).to(dtype)
+    batch_obs = torch.randint(0, high, (T + 1, N, *info.obs_shape), device=device).to(dtype)
+    firsts = torch.zeros(T + 1, N, dtype=torch.bool, device=device)
+    state = model.initial_state(N)
     updates = 1 + int(round(config.replay_ratio))
 
     def iteration():
         with torch.inference_mode():
+            acting_state = state
             for _ in range(T):
-                model.policy(acting_obs)
+                features, acting_state = model.step(acting_obs, acting_state, firsts[0])
+                model.policy_of(features)
         for _ in range(updates):
-            pi, q = model(batch_obs)
+            pi, q = model(model.unroll(batch_obs, firsts, state)[0])
             with torch.no_grad():
-                average.policy(batch_obs[: T * N])
+                average.policy_of(average.unroll(batch_obs[:T], firsts[:T], state)[0])
             loss = -torch.log(pi + 1e-6).mean() + q.pow(2).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -189,15 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(config, info, Path(run_dir), progress_bar=False)
         for _ in range(trainer.buffer.nsegments):
-            trainer.buffer.put(synthetic_segment(rng, info, config.num_envs, config.nsteps))
+            trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps = bench_learner(trainer, quarter, rng)
         raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
         steps_sps, phases = bench_end_to_end(trainer, quarter)
         trainer.close()
 
-    default_bytes = ReplayBuffer.bytes_needed(
-        config.num_envs, config.nsteps, 50_000, info.frame_shape, info.frame_dtype, info.stack, info.n_actions
-    )
+    default_bytes = ReplayBuffer.bytes_needed(trainer.fields, config.num_envs, config.nsteps, 50_000, info.stack)
     serial_bound = 1.0 / (1.0 / env_sps + 1.0 / learner_sps)
     result = {
         "env": config.env,

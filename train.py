@@ -12,9 +12,9 @@ from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
 from acer_sync.config_file import load_config_file
 from acer_sync.errors import UserError, run_cli
-from acer_sync.learn import RESUMABLE_CHANGES, Trainer
-from acer_sync.run_metadata import write_config
+from acer_sync.learn import RESUMABLE_CHANGES, Trainer, network_arch
 from acer_sync.networks import canonical_spec
+from acer_sync.run_metadata import write_config
 from atari.envs import env_info
 
 
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("; ".join(problems))
     if info.atari and config.normalize_obs:
         raise UserError("--normalize-obs is for vector observations; Atari frames are scaled by 1/255 instead")
+    network_arch(info, config)
     if payload is not None:
         expected = Trainer.model_spec(info, config)
         try:

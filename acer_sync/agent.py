@@ -8,47 +8,12 @@ import torch
 from torch import nn
 
 from acer_sync import losses
-from acer_sync.buffer import Sample, rebuild_stacks
+from acer_sync.buffer import Batch
 from acer_sync.config import Config
 from acer_sync.distributions import distribution_of_spec
 from acer_sync.networks import Network, network_from_spec, polyak_update
 from acer_sync.optim import RMSpropTF
 from acer_sync.profiling import PhaseTimer
-
-
-class Batch(NamedTuple):
-    """One update's data on the device, time-major.
-
-    ``obs[t]`` goes with ``actions[t]``, ``mu[t]``, ``rewards[t]``, ``dones[t]`` and
-    ``timeout_values[t]``; ``obs[T]`` is the bootstrap observation. ``timeout_values`` None means
-    no step was cut by a time limit.
-    """
-
-    obs: torch.Tensor  # [T+1, N, stack, ...], uint8 for frames
-    actions: torch.Tensor  # [T, N] int64, or [T, N, d] float
-    mu: torch.Tensor  # [T, N, stat_size]
-    rewards: torch.Tensor  # [T, N]
-    dones: torch.Tensor  # [T, N] float
-    timeout_values: torch.Tensor | None = None  # [T, N]
-
-
-def to_batch(sample: Sample, stack: int, device: torch.device) -> Batch:
-    """Move a buffer sample to ``device`` (frames stay uint8 in transit) and rebuild its stacks."""
-    non_blocking = device.type == "cuda"
-
-    def move(array):
-        return torch.from_numpy(array).to(device, non_blocking=non_blocking)
-
-    obs = rebuild_stacks(move(sample.frames), move(sample.firsts), stack)
-    actions = move(sample.actions)
-    return Batch(
-        obs=obs,
-        actions=actions.float() if actions.is_floating_point() else actions.long(),
-        mu=move(sample.mu),
-        rewards=move(sample.rewards),
-        dones=move(sample.dones).float(),
-        timeout_values=move(sample.timeout_values),
-    )
 
 
 class PolicyTerms(NamedTuple):
@@ -81,9 +46,11 @@ UPDATE_STATS = (
 class ACER:
     """The online network, the average network, the optimizer, and the update rule.
 
-    One update serves both kinds of policy: only how the gains and the critic's loss are formed
-    differs (:meth:`_categorical_terms`, :meth:`_gaussian_terms`); the trust region, the step and
-    the Polyak average are shared.
+    One update serves every kind of policy and network: only how the gains and the critic's loss
+    are formed differs between the distributions (:meth:`_categorical_terms`,
+    :meth:`_gaussian_terms`, chosen once here); the networks, feed-forward or recurrent, are
+    unrolled through their one interface (:mod:`acer_sync.networks`) from the batch's stored
+    state, and the trust region, the step and the Polyak average are shared.
 
     :param model: the online actor-critic θ.
     :param config: the run's settings (gamma, c, trust region, coefficients, ...).
@@ -101,12 +68,16 @@ class ACER:
         self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0  # non-finite updates in a row
+        self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
 
-    def _categorical_terms(self, batch: Batch, flat_obs: torch.Tensor) -> PolicyTerms:
-        """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions."""
+    def _categorical_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
+        """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions.
+
+        ``features`` are the network's, unrolled over observations 0..T, ``[(T+1)·N, ...]``.
+        """
         cfg = self.config
         T, N = batch.rewards.shape
-        pi_all, q_all = self.model(flat_obs)
+        pi_all, q_all = self.model(features)
         pi_all = pi_all.reshape(T + 1, N, -1)
         q_all = q_all.reshape(T + 1, N, -1)
         with torch.no_grad():
@@ -129,15 +100,15 @@ class ACER:
         loss_q = 0.5 * (q_ret - q_taken).pow(2).mean()
         return PolicyTerms(pi, pi_stat, gain_truncated, gain_correction, loss_q, q_taken.detach(), q_ret, rho_taken)
 
-    def _gaussian_terms(self, batch: Batch, flat_obs: torch.Tensor) -> PolicyTerms:
+    def _gaussian_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
         """§5 and Algorithm 3: the SDN's Q̃ (eq. 13) with n samples u_i ~ π, Q^ret with
         ρ̄ = min{1, ρ^(1/d)}, Q^opc in the policy gradient, eq. (14) with one a' ~ π, and the
         critic's loss ½(Q^ret − Q̃)² + ½(V^target − V)²."""
         cfg, dist = self.config, self.distribution
         T, N = batch.rewards.shape
         n = cfg.sdn_samples
-        stats_all = self.model.policy(flat_obs).reshape(T + 1, N, -1)
-        values_all = self.model.value(flat_obs).reshape(T + 1, N)
+        stats_all = self.model.policy_of(features).reshape(T + 1, N, -1)
+        values_all = self.model.value_of(features).reshape(T + 1, N)
         stats, values = stats_all[:-1], values_all[:-1]
 
         with torch.no_grad():
@@ -145,7 +116,7 @@ class ACER:
             drawn = dist.sample(stats.detach().unsqueeze(2).expand(T, N, n + 1, dist.stat_size))
         a_prime = drawn[:, :, n]
         candidates = torch.cat([batch.actions.unsqueeze(2), drawn], dim=2)  # [T, N, n+2, d]: a_t, u_1..u_n, a'
-        advantage = self.model.advantage(flat_obs[: T * N], candidates.reshape(T * N, n + 2, -1)).reshape(T, N, n + 2)
+        advantage = self.model.advantage_of(features[: T * N], candidates.reshape(T * N, n + 2, -1)).reshape(T, N, n + 2)
         advantage_u = advantage[:, :, 1 : n + 1]
         q_taken = losses.sdn_q(values, advantage[:, :, 0], advantage_u)
         q_prime = losses.sdn_q(values, advantage[:, :, n + 1], advantage_u)
@@ -187,13 +158,18 @@ class ACER:
         """
         cfg, dist = self.config, self.distribution
         T, N = batch.actions.shape[:2]
-        if batch.obs.shape[:2] != (T + 1, N):
-            raise ValueError(f"obs must be [T+1, N, ...] = {(T + 1, N)}, got {tuple(batch.obs.shape[:2])}")
+        if batch.obs.shape[:2] != (T + 1, N) or batch.firsts.shape != (T + 1, N):
+            raise ValueError(
+                f"obs and firsts must be [T+1, N, ...] = {(T + 1, N)}, got {tuple(batch.obs.shape[:2])} "
+                f"and {tuple(batch.firsts.shape)}"
+            )
 
-        flat_obs = batch.obs.reshape((T + 1) * N, *batch.obs.shape[2:])
-        terms = self._gaussian_terms(batch, flat_obs) if dist.kind == "gaussian" else self._categorical_terms(batch, flat_obs)
+        features, _ = self.model.unroll(batch.obs, batch.firsts, batch.state)  # observations 0..T
+        terms = self._policy_terms(batch, features)
         with torch.no_grad():
-            stats_avg = self.average_model.policy(flat_obs[: T * N]).reshape(T, N, -1)
+            # The average network unrolls from the same stored state, over observations 0..T−1.
+            features_avg, _ = self.average_model.unroll(batch.obs[:T], batch.firsts[:T], batch.state)
+            stats_avg = self.average_model.policy_of(features_avg).reshape(T, N, -1)
 
         # ĝ^acer with respect to the statistics φ, one row per sample.
         entropy = dist.entropy(terms.stats_param)

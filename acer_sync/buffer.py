@@ -1,32 +1,58 @@
 """The replay buffer: a per-env ring of ``nsteps`` segments that stores every frame once.
 
-Layout (time-major, the env on the second axis):
+What is stored is described once, by a table of :class:`Field` rows (:func:`buffer_fields`): a
+name, whether it is kept per frame, per step or per segment, its shape and its dtype. The Runner's
+:class:`Segment`, the buffer's arrays, :meth:`ReplayBuffer.bytes_needed`, ``state``/``load_state``,
+the :class:`Sample` and the device :class:`Batch` are all derived from that table. Layout
+(time-major, the env on the second axis):
 
-* ``frames[slot, env]``: one frame per agent step (the newest frame of that step's observation),
-  in a ring of ``nsegments·nsteps + stack`` slots indexed by global step ``g % frame_capacity``.
-  The ``stack`` spare slots keep the bootstrap frame of the newest segment and the ``stack − 1``
-  frames before the oldest one, so every stored segment can be rebuilt in full.
-* ``firsts[slot, env]``: whether that frame is the first of a (training) episode.
-* ``actions``, ``mu``, ``rewards``, ``dones``, ``timeout_values``: one row per step in a ring of
-  ``nsegments·nsteps`` slots; segment ``j`` holds slots ``j·nsteps … (j+1)·nsteps − 1``. Actions
-  and μ are shaped by the policy's distribution (:mod:`acer_sync.distributions`): an action index
-  and a probability vector for a categorical policy, an action vector and [mean, log σ] for a
-  Gaussian one. ``timeout_values[t]`` is V(final observation) where step t was cut by a time limit,
-  else 0.
+* Per frame (``frames``, ``firsts``): one row per agent step (the newest frame of that step's
+  observation, and whether it is the first of a training episode), in a ring of
+  ``nsegments·nsteps + stack`` slots indexed by global step ``g % frame_capacity``. The ``stack``
+  spare slots keep the bootstrap frame of the newest segment and the ``stack − 1`` frames before
+  the oldest one, so every stored segment can be rebuilt in full.
+* Per step (``actions``, ``mu``, ``rewards``, ``dones``, ``timeout_values``): one row per step in a
+  ring of ``nsegments·nsteps`` slots; segment ``j`` holds slots ``j·nsteps … (j+1)·nsteps − 1``.
+  Actions and μ are shaped by the policy's distribution (:mod:`acer_sync.distributions`): an action
+  index and a probability vector for a categorical policy, an action vector and [mean, log σ] for a
+  Gaussian one. ``timeout_values[t]`` is V(final observation) where step t was cut by a time
+  limit, else 0.
+* Per segment (``state_h``, ``state_c`` for an LSTM): one row per stored segment, the recurrent
+  state the acting network carried into the segment's first step, so replay starts from it.
 
 Stacks are rebuilt when sampling (:func:`rebuild_stacks`), with frames from before an episode's
 first frame zeroed, exactly as :class:`atari.stacking.FrameStacker` builds them when acting. The
-cost per stored transition is one frame plus ``4·A + 11`` bytes (categorical).
+cost per stored transition is one frame and its first flag plus ``4·A + 10`` bytes (categorical,
+feed-forward).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 import torch
 
-from acer_sync.distributions import Categorical, Distribution
+from acer_sync.distributions import Distribution
+
+FRAME, STEP, SEGMENT = "frame", "step", "segment"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One stored array: ``per`` is ``FRAME``, ``STEP`` or ``SEGMENT``; ``shape`` is one env's row.
+
+    ``device_dtype`` is what the update receives (None: as stored). ``zeros_if_missing`` marks
+    a field that buffers saved by earlier versions lack; it loads as zeros.
+    """
+
+    name: str
+    per: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    device_dtype: torch.dtype | None = None
+    zeros_if_missing: bool = False
 
 
 def _stored_action_dtype(distribution: Distribution) -> np.dtype:
@@ -36,38 +62,63 @@ def _stored_action_dtype(distribution: Distribution) -> np.dtype:
     return np.dtype(np.uint8) if distribution.n <= 256 else np.dtype(np.int64)
 
 
-class Segment(NamedTuple):
-    """``nsteps`` steps of every env; numpy arrays, time-major.
+def buffer_fields(
+    frame_shape: tuple[int, ...], frame_dtype: np.dtype, distribution: Distribution,
+    state_shapes: dict[str, tuple[int, ...]] | None = None,
+) -> tuple[Field, ...]:
+    """The table of what a run stores: frames, the step data, and the recurrent state if any.
 
-    ``frames[t]`` and ``firsts[t]`` belong to observation t for t = 0..T (``frames[T]`` is the
-    bootstrap observation's newest frame); ``actions[t]``, ``mu[t]``, ``rewards[t]``, ``dones[t]``
-    and ``timeout_values[t]`` to the step taken from observation t. ``timeout_values`` None means
-    no step was cut by a time limit.
+    :param state_shapes: the network's recurrent state, name → one env's shape (``{}`` for a
+        feed-forward network); each becomes a per-segment field ``state_<name>``.
     """
+    gaussian = distribution.kind == "gaussian"
+    fields = [
+        Field("frames", FRAME, tuple(frame_shape), np.dtype(frame_dtype)),
+        Field("firsts", FRAME, (), np.dtype(bool)),
+        Field("actions", STEP, tuple(distribution.action_shape), _stored_action_dtype(distribution),
+              torch.float32 if gaussian else torch.int64),
+        Field("mu", STEP, (distribution.stat_size,), np.dtype(np.float32)),
+        Field("rewards", STEP, (), np.dtype(np.float32)),
+        Field("dones", STEP, (), np.dtype(bool), torch.float32),
+        Field("timeout_values", STEP, (), np.dtype(np.float32), zeros_if_missing=True),
+    ]
+    for name, shape in (state_shapes or {}).items():
+        fields.append(Field(f"state_{name}", SEGMENT, tuple(shape), np.dtype(np.float32)))
+    return tuple(fields)
 
-    frames: np.ndarray  # [T+1, N, *frame_shape]
-    firsts: np.ndarray  # [T+1, N] bool
-    actions: np.ndarray  # [T, N] int, or [T, N, d] float32
-    mu: np.ndarray  # [T, N, stat_size] float32
-    rewards: np.ndarray  # [T, N] float32
-    dones: np.ndarray  # [T, N] bool
-    timeout_values: np.ndarray | None = None  # [T, N] float32
+
+class Record(dict):
+    """Arrays by field name, also readable as attributes (``segment.actions``)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
-class Sample(NamedTuple):
-    """What :meth:`ReplayBuffer.sample` returns: a frame window per env plus the step data.
+#: ``nsteps`` steps of every env, numpy, time-major, as the Runner records them: per-frame fields
+#: ``[T+1, N, ...]`` (row t belongs to observation t; row T is the bootstrap observation),
+#: per-step fields ``[T, N, ...]`` (row t: the step taken from observation t), per-segment fields
+#: ``[N, ...]`` (the recurrent state carried into observation 0).
+Segment = Record
+#: What :meth:`ReplayBuffer.sample` returns: per-frame fields over observations
+#: ``-(stack−1) … T`` of the sampled segments (``[T+stack, N, ...]``, which :func:`rebuild_stacks`
+#: turns into ``[T+1, N, stack, ...]``), per-step and per-segment fields as in a Segment.
+Sample = Record
+#: One update's data on the device (:func:`to_batch`): ``obs`` ``[T+1, N, stack, ...]`` (uint8
+#: for frames) and ``firsts`` ``[T+1, N]`` go with observation t = 0..T, every per-step field
+#: ``[T, N, ...]`` with the step from observation t, and ``state``, the tuple of per-segment
+#: state tensors ``[N, ...]`` (empty for a feed-forward network).
+Batch = Record
 
-    ``frames`` and ``firsts`` cover observations ``-(stack−1) … T`` of the sampled segment
-    (``T + stack`` rows); :func:`rebuild_stacks` turns them into ``[T+1, N, stack, ...]``.
-    """
 
-    frames: np.ndarray  # [T+stack, N, *frame_shape]
-    firsts: np.ndarray  # [T+stack, N] bool
-    actions: np.ndarray  # [T, N] or [T, N, d]
-    mu: np.ndarray  # [T, N, stat_size]
-    rewards: np.ndarray  # [T, N]
-    dones: np.ndarray  # [T, N]
-    timeout_values: np.ndarray  # [T, N]
+def empty_segment(fields: Iterable[Field], nsteps: int, num_envs: int) -> Segment:
+    """Uninitialised arrays for one segment, shaped by ``fields``."""
+    rows = {FRAME: (nsteps + 1, num_envs), STEP: (nsteps, num_envs), SEGMENT: (num_envs,)}
+    return Segment({f.name: np.empty((*rows[f.per], *f.shape), dtype=f.dtype) for f in fields})
 
 
 def rebuild_stacks(frames: torch.Tensor, firsts: torch.Tensor, stack: int) -> torch.Tensor:
@@ -95,28 +146,15 @@ def rebuild_stacks(frames: torch.Tensor, firsts: torch.Tensor, stack: int) -> to
 class ReplayBuffer:
     """Ring buffer of segments; see the module docstring for the layout.
 
+    :param fields: what is stored (:func:`buffer_fields`); must include ``frames`` and ``firsts``.
     :param num_envs: N.
     :param nsteps: T, the segment length.
     :param size_per_env: capacity in steps per env; rounded down to whole segments.
-    :param frame_shape: shape of one frame (``(84, 84)`` for Atari, ``(D,)`` for vectors).
-    :param frame_dtype: uint8 for Atari frames.
     :param stack: frames per observation.
-    :param n_actions: A (categorical), or d (Gaussian).
-    :param distribution: the policy's distribution; None means ``Categorical(n_actions)``.
     """
 
-    def __init__(
-        self,
-        num_envs: int,
-        nsteps: int,
-        size_per_env: int,
-        frame_shape: tuple[int, ...],
-        frame_dtype: np.dtype,
-        stack: int,
-        n_actions: int,
-        distribution: Distribution | None = None,
-    ):
-        distribution = distribution or Categorical(n_actions)
+    def __init__(self, fields: Iterable[Field], num_envs: int, nsteps: int, size_per_env: int, stack: int):
+        self.fields = tuple(fields)
         self.num_envs = num_envs
         self.nsteps = nsteps
         self.stack = stack
@@ -125,35 +163,33 @@ class ReplayBuffer:
             raise ValueError(f"a buffer of {size_per_env} steps per env holds no segment of {nsteps} steps")
         self.step_capacity = self.nsegments * nsteps
         self.frame_capacity = self.step_capacity + stack
-        action_dtype = _stored_action_dtype(distribution)
-        self.frames = np.zeros((self.frame_capacity, num_envs, *frame_shape), dtype=frame_dtype)
-        self.firsts = np.zeros((self.frame_capacity, num_envs), dtype=bool)
-        self.actions = np.zeros((self.step_capacity, num_envs, *distribution.action_shape), dtype=action_dtype)
-        self.mu = np.zeros((self.step_capacity, num_envs, distribution.stat_size), dtype=np.float32)
-        self.rewards = np.zeros((self.step_capacity, num_envs), dtype=np.float32)
-        self.dones = np.zeros((self.step_capacity, num_envs), dtype=bool)
-        self.timeout_values = np.zeros((self.step_capacity, num_envs), dtype=np.float32)
+        rows = self._rows()
+        self.arrays = {f.name: np.zeros((rows[f.per], num_envs, *f.shape), dtype=f.dtype) for f in self.fields}
         self.segment_start = np.zeros(self.nsegments, dtype=np.int64)  # global step of each segment
         self.steps_written = 0
         self.segments_stored = 0
         self._env_index = np.arange(num_envs)
 
+    def _rows(self) -> dict[str, int]:
+        return {FRAME: self.frame_capacity, STEP: self.step_capacity, SEGMENT: self.nsegments}
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """A stored array by its field name (``buffer.frames``)."""
+        arrays = self.__dict__.get("arrays", {})
+        if name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
     @staticmethod
-    def bytes_needed(
-        num_envs, nsteps, size_per_env, frame_shape, frame_dtype, stack, n_actions, distribution: Distribution | None = None
-    ) -> int:
+    def bytes_needed(fields: Iterable[Field], num_envs: int, nsteps: int, size_per_env: int, stack: int) -> int:
         """Memory the arrays will take, computed before allocating anything."""
-        distribution = distribution or Categorical(n_actions)
         step_capacity = (size_per_env // nsteps) * nsteps
-        frame_bytes = int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
-        action_bytes = _stored_action_dtype(distribution).itemsize * int(np.prod(distribution.action_shape))
-        per_step = 4 * distribution.stat_size + action_bytes + 4 + 1 + 4
-        return num_envs * ((step_capacity + stack) * (frame_bytes + 1) + step_capacity * per_step)
+        rows = {FRAME: step_capacity + stack, STEP: step_capacity, SEGMENT: size_per_env // nsteps}
+        return num_envs * sum(rows[f.per] * int(np.prod(f.shape)) * f.dtype.itemsize for f in fields)
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.frames, self.firsts, self.actions, self.mu, self.rewards, self.dones, self.timeout_values)
-        return sum(a.nbytes for a in arrays)
+        return sum(a.nbytes for a in self.arrays.values())
 
     @property
     def num_steps_stored(self) -> int:
@@ -162,22 +198,21 @@ class ReplayBuffer:
 
     def put(self, segment: Segment) -> None:
         """Store one segment of all envs, overwriting the oldest when full."""
-        T, N = segment.actions.shape[:2]
-        if (T, N) != (self.nsteps, self.num_envs):
-            raise ValueError(f"segment is [{T}, {N}], buffer expects [{self.nsteps}, {self.num_envs}]")
-        if segment.frames.shape[:2] != (T + 1, N) or segment.firsts.shape != (T + 1, N):
-            raise ValueError("segment frames and firsts must be [T+1, N, ...]")
+        T, N = self.nsteps, self.num_envs
+        expected = {FRAME: (T + 1, N), STEP: (T, N), SEGMENT: (N,)}
+        for f in self.fields:
+            leading = segment[f.name].shape[: len(expected[f.per])]
+            if leading != expected[f.per]:
+                raise ValueError(f"segment {f.name} is {list(leading)}, the buffer expects {list(expected[f.per])}")
         start = self.steps_written
         index = (start // T) % self.nsegments
-        steps = slice(index * T, (index + 1) * T)
-        self.actions[steps] = segment.actions
-        self.mu[steps] = segment.mu
-        self.rewards[steps] = segment.rewards
-        self.dones[steps] = segment.dones
-        self.timeout_values[steps] = 0.0 if segment.timeout_values is None else segment.timeout_values
-        frame_slots = (start + np.arange(T + 1)) % self.frame_capacity
-        self.frames[frame_slots] = segment.frames
-        self.firsts[frame_slots] = segment.firsts
+        slots = {
+            FRAME: (start + np.arange(T + 1)) % self.frame_capacity,
+            STEP: slice(index * T, (index + 1) * T),
+            SEGMENT: index,
+        }
+        for f in self.fields:
+            self.arrays[f.name][slots[f.per]] = segment[f.name]
         self.segment_start[index] = start
         self.steps_written += T
         self.segments_stored = min(self.segments_stored + 1, self.nsegments)
@@ -187,21 +222,16 @@ class ReplayBuffer:
         T = self.nsteps
         start = self.segment_start[segment_index]  # [N]
         window = start[None, :] + np.arange(-(self.stack - 1), T + 1)[:, None]  # [T+stack, N]
-        frame_slots = window % self.frame_capacity
-        step_slots = segment_index[None, :] * T + np.arange(T)[:, None]  # [T, N]
-        env = self._env_index[None, :]
-        firsts = self.firsts[frame_slots, env]
+        slots = {
+            FRAME: window % self.frame_capacity,
+            STEP: segment_index[None, :] * T + np.arange(T)[:, None],  # [T, N]
+            SEGMENT: segment_index,
+        }
+        env = {FRAME: self._env_index[None, :], STEP: self._env_index[None, :], SEGMENT: self._env_index}
+        sample = Sample({f.name: self.arrays[f.name][slots[f.per], env[f.per]] for f in self.fields})
         # Global steps before 0 were never written; the first frame (a reset) masks them anyway.
-        firsts[window == 0] = True
-        return Sample(
-            frames=self.frames[frame_slots, env],
-            firsts=firsts,
-            actions=self.actions[step_slots, env],
-            mu=self.mu[step_slots, env],
-            rewards=self.rewards[step_slots, env],
-            dones=self.dones[step_slots, env],
-            timeout_values=self.timeout_values[step_slots, env],
-        )
+        sample["firsts"][window == 0] = True
+        return sample
 
     def latest(self) -> Sample:
         """The segment stored last, for every env (the on-policy batch)."""
@@ -210,13 +240,10 @@ class ReplayBuffer:
         index = ((self.steps_written - self.nsteps) // self.nsteps) % self.nsegments
         return self._gather(np.full(self.num_envs, index))
 
-    _STATE_ARRAYS = ("frames", "firsts", "actions", "mu", "rewards", "dones", "timeout_values", "segment_start")
-    #: Arrays that buffers saved by earlier versions lack, restored as zeros (no time-limit cut).
-    _OPTIONAL_ARRAYS = ("timeout_values",)
-
     def state(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer, as plain arrays (for ``np.savez``)."""
-        arrays = {name: getattr(self, name) for name in self._STATE_ARRAYS}
+        arrays = dict(self.arrays)
+        arrays["segment_start"] = self.segment_start
         arrays["counters"] = np.array([self.steps_written, self.segments_stored], dtype=np.int64)
         return arrays
 
@@ -225,25 +252,76 @@ class ReplayBuffer:
 
         The newest stored segment's last step is marked done: the restart cut its episode, and
         the next segment's first frame (a fresh reset) takes the slot of its bootstrap frame.
-        Raises ValueError when the arrays do not fit this buffer's shapes. A buffer saved before
-        ``timeout_values`` existed loads with zeros there.
+        Raises ValueError when the arrays do not fit this buffer's shapes, or a field is missing
+        that earlier versions always saved. A field they lacked (``timeout_values``) loads as zeros.
         """
-        names = [name for name in self._STATE_ARRAYS if name in arrays or name not in self._OPTIONAL_ARRAYS]
-        for name in self._OPTIONAL_ARRAYS:
+        targets = {f.name: self.arrays[f.name] for f in self.fields}
+        targets["segment_start"] = self.segment_start
+        optional = {f.name for f in self.fields if f.zeros_if_missing}
+        for name, target in targets.items():
             if name not in arrays:
-                getattr(self, name)[...] = 0
-        for name in names:
-            if arrays[name].shape != getattr(self, name).shape or arrays[name].dtype != getattr(self, name).dtype:
-                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {getattr(self, name).shape}")
-        for name in names:
-            getattr(self, name)[...] = arrays[name]
+                if name not in optional:
+                    raise ValueError(f"the saved buffer has no {name}")
+                continue
+            if arrays[name].shape != target.shape or arrays[name].dtype != target.dtype:
+                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {target.shape} {target.dtype}")
+        for name, target in targets.items():
+            target[...] = arrays[name] if name in arrays else 0
         self.steps_written, self.segments_stored = (int(v) for v in arrays["counters"])
         if self.segments_stored:
             last_step = (self.steps_written - 1) % self.step_capacity
-            self.dones[last_step] = True
+            self.arrays["dones"][last_step] = True
 
-    def sample(self, rng: np.random.Generator) -> Sample:
-        """One uniformly chosen stored segment per env, as Baselines samples."""
+    def sample_indices(self, rng: np.random.Generator) -> np.ndarray:
+        """One uniformly chosen stored segment per env, as Baselines samples: ring indices ``[N]``."""
         if self.segments_stored == 0:
             raise RuntimeError("the buffer is empty")
-        return self._gather(rng.integers(0, self.segments_stored, size=self.num_envs))
+        return rng.integers(0, self.segments_stored, size=self.num_envs)
+
+    def sample(self, rng: np.random.Generator) -> Sample:
+        """The segments of :meth:`sample_indices`."""
+        return self._gather(self.sample_indices(rng))
+
+    def gather(self, segment_index: np.ndarray) -> Sample:
+        """Segment ``segment_index[n]`` (a ring index) for each env n."""
+        return self._gather(segment_index)
+
+    def previous(self, segment_index: np.ndarray) -> tuple[Sample, np.ndarray]:
+        """The segment stored just before each of ``segment_index`` (same env), and ``[N]`` flags
+        saying where it is still stored in full (not where the segment is the oldest, or the first)."""
+        T = self.nsteps
+        previous_index = (segment_index - 1) % self.nsegments
+        starts = self.segment_start[segment_index]
+        available = (
+            (starts >= T)
+            & (self.segment_start[previous_index] == starts - T)
+            & (starts - T >= self.steps_written - self.num_steps_stored)
+        )
+        return self._gather(previous_index), available
+
+
+def to_batch(sample: Sample, fields: Iterable[Field], stack: int, device: torch.device) -> Batch:
+    """Move a buffer sample to ``device`` (frames stay uint8 in transit) and rebuild its stacks.
+
+    Each field arrives as its ``device_dtype``; per-segment fields form ``state`` in table order.
+    """
+    non_blocking = device.type == "cuda"
+
+    def move(array):
+        return torch.from_numpy(array).to(device, non_blocking=non_blocking)
+
+    firsts = move(sample["firsts"])
+    batch = Batch(obs=rebuild_stacks(move(sample["frames"]), firsts, stack), firsts=firsts[stack - 1 :])
+    state = []
+    for f in fields:
+        if f.per == FRAME:
+            continue
+        tensor = move(sample[f.name])
+        if f.device_dtype is not None:
+            tensor = tensor.to(f.device_dtype)
+        if f.per == SEGMENT:
+            state.append(tensor)
+        else:
+            batch[f.name] = tensor
+    batch["state"] = tuple(state)
+    return batch

@@ -44,6 +44,16 @@ class Config:
     threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
     compile: bool = _f(False, "compile the network's training forward pass with torch.compile (slower start, faster updates)")
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
+    network: str = _f(
+        "auto", "the network's torso: auto (cnn for Atari frames, mlp for vectors), mlp, cnn, lstm (MLP then an LSTM) "
+        "or cnn_lstm (Nature CNN then an LSTM)", choices=("auto", "mlp", "cnn", "lstm", "cnn_lstm"),
+    )
+    lstm_size: int = _f(128, "units of the LSTM (lstm and cnn_lstm networks)")
+    replay_state: str = _f(
+        "stored", "where a recurrent network's replay starts: stored (the state the acting network carried into the "
+        "segment), burn_in (off-policy only: the previous segment's stored state, unrolled through that segment "
+        "with the current weights) or zero (Baselines' way: the zero state)", choices=("stored", "burn_in", "zero"),
+    )
     normalize_obs: bool = _f(False, "normalize vector observations with running mean and std (saved in checkpoints)")
     reward_scale: float = _f(1.0, "multiply training rewards by this (logged returns stay raw)")
     policy_std: float = _f(0.3, "continuous actions: initial sigma of the Gaussian policy, as a fraction of the Box's half-width")
@@ -172,6 +182,7 @@ def validate(config: Config) -> list[str]:
     need(math.isfinite(config.reward_scale) and config.reward_scale > 0, "--reward-scale must be finite and > 0")
     need(math.isfinite(config.policy_std) and config.policy_std > 0, "--policy-std must be finite and > 0")
     need(config.sdn_samples >= 1, "--sdn-samples must be >= 1")
+    need(config.lstm_size >= 1, "--lstm-size must be >= 1")
     try:
         sizes = hidden_sizes(config)
         need(len(sizes) > 0 and all(s >= 1 for s in sizes), "--hidden must list positive layer sizes, e.g. 64,64")

@@ -16,15 +16,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from acer_sync.agent import ACER, UPDATE_STATS, to_batch
-from acer_sync.buffer import ReplayBuffer
+from acer_sync.agent import ACER, UPDATE_STATS
+from acer_sync.buffer import Batch, Field, ReplayBuffer, buffer_fields, to_batch
 from acer_sync.checkpoint import LATEST, atomic_write, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
 from acer_sync.errors import EXIT_INTERRUPTED, UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.distributions import distribution_for
-from acer_sync.networks import ActorCritic, GaussianActorCritic, Network
+from acer_sync.networks import (
+    RECURRENT_ARCHS, ActorCritic, GaussianActorCritic, Network, RecurrentActorCritic, RecurrentGaussianActorCritic,
+)
 from acer_sync.profiling import PhaseTimer
 from acer_sync.rng_state import capture_rng, restore_rng
 from acer_sync.runner import Runner
@@ -61,12 +63,9 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def check_buffer_fits(config: Config, info: EnvInfo) -> int:
+def check_buffer_fits(config: Config, info: EnvInfo, fields: tuple[Field, ...]) -> int:
     """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit."""
-    needed = ReplayBuffer.bytes_needed(
-        config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions,
-        distribution_for(info),
-    )
+    needed = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
     available = available_memory_bytes()
     if available is not None and needed > 0.9 * available:
         raise UserError(
@@ -85,15 +84,35 @@ def resident_memory_mb() -> float:
         return float("nan")
 
 
+def network_arch(info: EnvInfo, config: Config) -> str:
+    """The torso ``config.network`` asks for, ``auto`` resolved (cnn for frames, mlp for vectors),
+    or a one-line UserError where it does not fit the observations."""
+    arch = info.arch if config.network == "auto" else config.network
+    frames = info.arch == "cnn"
+    if frames != (arch in ("cnn", "cnn_lstm")):
+        fits = "cnn or cnn_lstm for image" if frames else "mlp or lstm for vector"
+        raise UserError(f"--network {arch} does not fit {info.env_id}; use {fits} observations")
+    if info.continuous and frames:
+        raise UserError(f"{info.env_id} has image observations and continuous actions; the Gaussian policy takes vectors")
+    return arch
+
+
 def build_model(info: EnvInfo, config: Config) -> Network:
-    """A softmax actor-critic for discrete actions, a Gaussian policy with an SDN for a Box."""
+    """A softmax actor-critic for discrete actions, a Gaussian policy with an SDN for a Box, on the
+    torso of ``config.network`` (feed-forward, or with an LSTM)."""
+    arch, hidden = network_arch(info, config), hidden_sizes(config)
+    recurrent = arch in RECURRENT_ARCHS
     if info.continuous:
         half_width = (np.asarray(info.action_high) - np.asarray(info.action_low)) / 2.0
-        return GaussianActorCritic(
-            info.obs_shape, info.n_actions, hidden_sizes(config), (config.policy_std * half_width).tolist(),
-            config.normalize_obs,
-        )
-    return ActorCritic(info.obs_shape, info.n_actions, info.arch, hidden_sizes(config), config.normalize_obs)
+        init_std = (config.policy_std * half_width).tolist()
+        if recurrent:
+            return RecurrentGaussianActorCritic(
+                info.obs_shape, info.n_actions, arch, hidden, init_std, config.lstm_size, config.normalize_obs
+            )
+        return GaussianActorCritic(info.obs_shape, info.n_actions, hidden, init_std, config.normalize_obs)
+    if recurrent:
+        return RecurrentActorCritic(info.obs_shape, info.n_actions, arch, hidden, config.lstm_size, config.normalize_obs)
+    return ActorCritic(info.obs_shape, info.n_actions, arch, hidden, config.normalize_obs)
 
 
 class GracefulStop:
@@ -164,8 +183,9 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.sampler = np.random.default_rng(config.seed)
 
-        buffer_bytes = check_buffer_fits(config, info)
         self.model = build_model(info, config).to(self.device)
+        self.fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), self.model.state_shapes)
+        buffer_bytes = check_buffer_fits(config, info, self.fields)
         if config.compile:
             self.model.compile()  # in place: the state_dict keys stay the same
         self.agent = ACER(self.model, config, self.timer)
@@ -180,10 +200,7 @@ class Trainer:
         if resume is not None:
             self._restore(resume)
 
-        self.buffer = ReplayBuffer(
-            config.num_envs, config.nsteps, config.buffer_size, info.frame_shape, info.frame_dtype, info.stack, info.n_actions,
-            distribution_for(info),
-        )
+        self.buffer = ReplayBuffer(self.fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
         per_transition = buffer_bytes / (config.num_envs * self.buffer.step_capacity)
         print(
             f"replay buffer: {config.num_envs} envs x {self.buffer.step_capacity} steps = "
@@ -194,7 +211,8 @@ class Trainer:
             print(f"resuming at step {self.timesteps}: {self._load_buffer()}", flush=True)
         self.env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads)
         self.runner = Runner(
-            self.env, self.model, self.device, config.nsteps, self.tracker, self.timer, reward_scale=config.reward_scale
+            self.env, self.model, self.device, config.nsteps, self.tracker, self.fields, self.timer,
+            reward_scale=config.reward_scale,
         )
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
         self.logger = Logger(run_dir)
@@ -360,7 +378,7 @@ class Trainer:
         self.interval_steps += steps
 
         with timer("buffer_get"):
-            batch = to_batch(self.buffer.latest(), self.info.stack, self.device)
+            batch = self._with_replay_state(to_batch(self.buffer.latest(), self.fields, self.info.stack, self.device))
         with timer("on_policy_update"):
             _accumulate(self.sums, self.agent.update(batch, lr), "")
         self.counts["on"] += 1
@@ -368,7 +386,7 @@ class Trainer:
         if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
             for _ in range(self.sampler.poisson(cfg.replay_ratio)):
                 with timer("buffer_get"):
-                    batch = to_batch(self.buffer.sample(self.sampler), self.info.stack, self.device)
+                    batch = self._replay_batch()
                 with timer("off_policy_updates"):
                     _accumulate(self.sums, self.agent.update(batch, lr), "off_")
                 self.counts["off"] += 1
@@ -394,6 +412,28 @@ class Trainer:
             # While updates are non-finite no checkpoint is written: the last good one stays.
             self.save(periodic=True)
             self.next_checkpoint += cfg.checkpoint_every
+
+    def _with_replay_state(self, batch: Batch) -> Batch:
+        """``replay_state`` zero: replay a recurrent network from the zero state (Baselines' way)."""
+        if self.config.replay_state == "zero" and batch.state:
+            batch["state"] = self.model.initial_state(self.config.num_envs)
+        return batch
+
+    def _replay_batch(self) -> Batch:
+        """One replayed segment per env; with ``replay_state`` burn_in, a recurrent network starts
+        it from the state the current weights reach over the previous segment (R2D2's burn-in,
+        here T steps from that segment's stored state), where that segment is still stored."""
+        index = self.buffer.sample_indices(self.sampler)
+        batch = to_batch(self.buffer.gather(index), self.fields, self.info.stack, self.device)
+        if self.config.replay_state != "burn_in" or not batch.state:
+            return self._with_replay_state(batch)
+        previous, available = self.buffer.previous(index)
+        previous = to_batch(previous, self.fields, self.info.stack, self.device)
+        with torch.no_grad():
+            _, burned = self.model.unroll(previous.obs[:-1], previous.firsts[:-1], previous.state)
+        use = torch.from_numpy(available).to(self.device).unsqueeze(-1)
+        batch["state"] = tuple(torch.where(use, new, stored) for new, stored in zip(burned, batch.state))
+        return batch
 
     def _progress_row(self, sums: dict, counts: dict, fps: float, lr: float) -> dict:
         row: dict[str, float] = {

@@ -1,8 +1,20 @@
 """The actor-critic networks (softmax policy with a Q head; Gaussian policy with a stochastic
 dueling network) and Polyak averaging.
 
-Both expose ``policy(obs)``, the statistics φ of their distribution (:mod:`acer_sync.distributions`),
-``value(obs)``, V(x), and ``spec()``, the constructor arguments a checkpoint records.
+Every network has one interface, for feed-forward and recurrent nets alike, so that acting
+(:class:`acer_sync.actor.Actor`) and the update (:class:`acer_sync.agent.ACER`) never ask which
+kind they hold:
+
+* ``initial_state(n)``: the recurrent state of n envs at an episode start, a tuple of tensors
+  ``[n, ...]`` named by ``state_shapes`` (empty for a feed-forward net);
+* ``unroll(obs [T, N, ...], firsts [T, N], state) -> (features [T·N, ...], state)``: the torso over
+  T steps from ``state``, reset to ``initial_state`` before every observation that starts an
+  episode; a feed-forward net only reshapes (and normalizes);
+* ``step(obs [N, ...], state, first [N])``: ``unroll`` of one step, for acting;
+* heads on the features: ``policy_of`` gives the statistics φ of the distribution
+  (:mod:`acer_sync.distributions`), ``value_of`` V(x); the softmax net's ``forward`` gives (π, Q),
+  the Gaussian net's ``advantage_of`` A(x, a);
+* ``spec()``: the constructor arguments a checkpoint records.
 """
 
 from __future__ import annotations
@@ -67,7 +79,33 @@ class MLP(nn.Module):
         return self.body(obs.float())
 
 
-class ActorCritic(nn.Module):
+State = tuple[torch.Tensor, ...]
+
+
+class FeedForward:
+    """The state interface of a feed-forward network: no state, and ``unroll`` only reshapes.
+
+    ``features`` are the (normalized) observations themselves, flattened over ``[T, N]``; the heads
+    apply the torsos.
+    """
+
+    state_shapes: dict[str, tuple[int, ...]] = {}
+
+    def initial_state(self, n: int) -> State:
+        return ()
+
+    def unroll(self, obs: torch.Tensor, firsts: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """Features ``[T·N, ...]`` of observations ``[T, N, ...]``; ``firsts`` and ``state`` are unused."""
+        if obs.shape[:2] != firsts.shape:
+            raise ValueError(f"obs {tuple(obs.shape)} and firsts {tuple(firsts.shape)} disagree on [T, N]")
+        return self._normalized(obs.reshape(obs.shape[0] * obs.shape[1], *obs.shape[2:])), state
+
+    def step(self, obs: torch.Tensor, state: State, first: torch.Tensor) -> tuple[torch.Tensor, State]:
+        """``unroll`` of one step: features ``[N, ...]`` of observations ``[N, ...]``."""
+        return self.unroll(obs.unsqueeze(0), first.unsqueeze(0), state)
+
+
+class ActorCritic(FeedForward, nn.Module):
     """A policy head π(·|x) (softmax) and a critic head Q(x, ·) on top of torsos.
 
     ``forward`` returns ``(pi, q)``, both ``[B, A]``. ``arch`` is ``"cnn"`` for frames: one shared
@@ -141,24 +179,24 @@ class ActorCritic(nn.Module):
     def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
         return obs if self.normalizer is None else self.normalizer(obs)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        obs = self._normalized(obs)
-        features = self.torso(obs)
-        pi = torch.softmax(self.policy_head(features), dim=-1)
-        q_features = features if self.q_torso is None else self.q_torso(obs)
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(π(·|x), Q(x, ·)), ``[B, A]`` each: the training pass (what ``--compile`` compiles)."""
+        torso_features = self.torso(features)
+        pi = torch.softmax(self.policy_head(torso_features), dim=-1)
+        q_features = torso_features if self.q_torso is None else self.q_torso(features)
         return pi, self.q_head(q_features)
 
-    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+    def policy_of(self, features: torch.Tensor) -> torch.Tensor:
         """π(·|x) alone, skipping the Q head and torso (acting and the average network need only this)."""
-        return torch.softmax(self.policy_head(self.torso(self._normalized(obs))), dim=-1)
+        return torch.softmax(self.policy_head(self.torso(features)), dim=-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value_of(self, features: torch.Tensor) -> torch.Tensor:
         """V(x) = Σ_a π(a|x) Q(x, a), ``[B]``."""
-        pi, q = self(obs)
+        pi, q = self(features)
         return (pi * q).sum(-1)
 
 
-class GaussianActorCritic(nn.Module):
+class GaussianActorCritic(FeedForward, nn.Module):
     """A Gaussian policy and a stochastic dueling network (Wang et al. 2017, §5).
 
     * π(·|x) = N(m_θ(x), diag σ²): an MLP for the mean, and a learned log σ that does not depend
@@ -168,7 +206,7 @@ class GaussianActorCritic(nn.Module):
     * The SDN: a deterministic V(x) and an advantage A(x, a) that takes the action as input
       (each its own MLP); Q̃ is assembled from them by :func:`acer_sync.losses.sdn_q`.
 
-    ``policy(obs)`` returns φ = [m, log σ], ``[B, 2d]``. Observations go through the running
+    ``policy_of`` returns φ = [m, log σ], ``[B, 2d]``. Observations go through the running
     normalizer first when ``normalize_obs`` is set.
 
     :param obs_shape: ``(stack, D)``.
@@ -218,36 +256,205 @@ class GaussianActorCritic(nn.Module):
     def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.float() if self.normalizer is None else self.normalizer(obs)
 
-    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+    def policy_of(self, features: torch.Tensor) -> torch.Tensor:
         """φ = [m_θ(x), log σ], ``[B, 2d]``."""
-        mean = self.mean_head(self.torso(self._normalized(obs)))
+        mean = self.mean_head(self.torso(features))
         log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
         return torch.cat([mean, log_std], dim=-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value_of(self, features: torch.Tensor) -> torch.Tensor:
         """V(x), ``[B]``."""
-        return self.value_head(self.value_torso(self._normalized(obs))).squeeze(-1)
+        return self.value_head(self.value_torso(features)).squeeze(-1)
 
-    def advantage(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """A(x, a) for observations ``[B, ...]`` and actions ``[B, k, d]``: ``[B, k]``.
+    def advantage_of(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """A(x, a) for features ``[B, ...]`` and actions ``[B, k, d]``: ``[B, k]``.
 
         Each observation is paired with its k actions (the taken one, the n SDN samples u_i, the
         bias-correction sample a').
         """
-        features = self._normalized(obs).flatten(1)  # [B, D]
+        features = features.flatten(1)  # [B, D]
         k = actions.shape[1]
         paired = torch.cat([features.unsqueeze(1).expand(-1, k, -1), actions.float()], dim=-1)
         return self.advantage_head(self.advantage_torso(paired.reshape(-1, paired.shape[-1]))).reshape(-1, k)
 
 
-Network = ActorCritic | GaussianActorCritic
+#: The recurrent architectures: an MLP or the Nature CNN, then one LSTM layer.
+RECURRENT_ARCHS = ("lstm", "cnn_lstm")
+
+
+class Recurrent(nn.Module):
+    """The recurrent part shared by both recurrent nets: a torso, then an LSTM cell unrolled in time.
+
+    ``arch`` ``"lstm"`` puts a tanh MLP (``hidden``) before the LSTM, for vector observations;
+    ``"cnn_lstm"`` the Nature CNN, for frames. The features the heads see are the LSTM's output h_t.
+    The state is ``(h, c)``, ``[N, lstm_size]`` each, zero at an episode start: :meth:`unroll`
+    zeroes it before every observation whose ``firsts`` flag is set (Baselines' masks), so acting
+    step by step and replaying a stored segment from its stored state compute the same thing.
+    """
+
+    def _build_core(self, obs_shape: tuple[int, ...], arch: str, hidden: tuple[int, ...], lstm_size: int,
+                    normalize_obs: bool) -> None:
+        if arch not in RECURRENT_ARCHS:
+            raise ValueError(f"unknown recurrent architecture {arch!r}")
+        if normalize_obs and arch != "lstm":
+            raise ValueError("observation normalization is for vector observations (the lstm architecture)")
+        self.obs_shape = tuple(obs_shape)
+        self.arch = arch
+        self.hidden = tuple(hidden) if arch == "lstm" else ()
+        self.lstm_size = lstm_size
+        self.normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
+        if arch == "cnn_lstm":
+            self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
+            for layer in self.torso.modules():
+                if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                    nn.init.orthogonal_(layer.weight, gain=2**0.5)
+                    nn.init.zeros_(layer.bias)
+            self.torso.to(memory_format=torch.channels_last)
+        else:
+            self.torso = MLP(math.prod(self.obs_shape), hidden)
+        self.lstm = nn.LSTMCell(self.torso.out_features, lstm_size)
+        self.state_shapes = {"h": (lstm_size,), "c": (lstm_size,)}
+
+    def initial_state(self, n: int) -> State:
+        weight = self.lstm.weight_hh
+        zeros = torch.zeros(n, self.lstm_size, dtype=weight.dtype, device=weight.device)
+        return zeros, zeros.clone()
+
+    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.normalizer is not None:
+            return self.normalizer(obs)
+        return obs if self.arch == "cnn_lstm" else obs.float()
+
+    def unroll(self, obs: torch.Tensor, firsts: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """h_t for observations ``[T, N, ...]`` from ``state`` (the state before observation 0):
+        features ``[T·N, lstm_size]`` and the state after observation T−1.
+
+        (h, c) ← 0 where ``firsts[t]``; then (h, c) ← LSTM(torso(x_t), (h, c)).
+        """
+        T, N = obs.shape[:2]
+        if firsts.shape != (T, N):
+            raise ValueError(f"obs {tuple(obs.shape)} and firsts {tuple(firsts.shape)} disagree on [T, N]")
+        h, c = state
+        if h.shape != (N, self.lstm_size) or c.shape != (N, self.lstm_size):
+            raise ValueError(f"the state must be two [{N}, {self.lstm_size}] tensors, got {tuple(h.shape)}, {tuple(c.shape)}")
+        inputs = self.torso(self._normalized(obs.reshape(T * N, *obs.shape[2:]))).reshape(T, N, -1)
+        keep = (~firsts).to(inputs.dtype).unsqueeze(-1)  # [T, N, 1]
+        outputs = []
+        for t in range(T):
+            h, c = self.lstm(inputs[t], (h * keep[t], c * keep[t]))
+            outputs.append(h)
+        return torch.stack(outputs).reshape(T * N, self.lstm_size), (h, c)
+
+    def step(self, obs: torch.Tensor, state: State, first: torch.Tensor) -> tuple[torch.Tensor, State]:
+        """``unroll`` of one step: features ``[N, lstm_size]`` and the next state."""
+        return self.unroll(obs.unsqueeze(0), first.unsqueeze(0), state)
+
+
+class RecurrentActorCritic(Recurrent):
+    """Softmax π(·|h_t) and Q(h_t, ·) heads on an LSTM (:class:`Recurrent`); ``forward`` gives (π, Q)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, arch: str, hidden: tuple[int, ...] = (64, 64),
+                 lstm_size: int = 128, normalize_obs: bool = False):
+        super().__init__()
+        self._build_core(obs_shape, arch, hidden, lstm_size, normalize_obs)
+        self.n_actions = n_actions
+        self.policy_head = nn.Linear(lstm_size, n_actions)
+        self.q_head = nn.Linear(lstm_size, n_actions)
+        for layer, gain in ((self.policy_head, 0.01), (self.q_head, 1.0)):
+            nn.init.orthogonal_(layer.weight, gain=gain)
+            nn.init.zeros_(layer.bias)
+
+    def spec(self) -> dict:
+        return dict(
+            obs_shape=list(self.obs_shape), n_actions=self.n_actions, arch=self.arch, hidden=list(self.hidden),
+            policy="categorical", normalize_obs=self.normalizer is not None, lstm_size=self.lstm_size,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "RecurrentActorCritic":
+        return cls(
+            tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]),
+            int(spec["lstm_size"]), bool(spec["normalize_obs"]),
+        )
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(π(·|h), Q(h, ·)), ``[B, A]`` each."""
+        return torch.softmax(self.policy_head(features), dim=-1), self.q_head(features)
+
+    def policy_of(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.policy_head(features), dim=-1)
+
+    def value_of(self, features: torch.Tensor) -> torch.Tensor:
+        """V = Σ_a π(a|h) Q(h, a), ``[B]``."""
+        pi, q = self(features)
+        return (pi * q).sum(-1)
+
+
+class RecurrentGaussianActorCritic(Recurrent):
+    """A Gaussian policy and a stochastic dueling network on an LSTM (:class:`Recurrent`).
+
+    As :class:`GaussianActorCritic`, with h_t in place of the observation: the mean m(h_t), a
+    learned state-independent log σ, V(h_t), and A(h_t, a) from an MLP of [h_t, a].
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], action_dim: int, arch: str, hidden: tuple[int, ...],
+                 init_std: Iterable[float], lstm_size: int = 128, normalize_obs: bool = False):
+        super().__init__()
+        self._build_core(obs_shape, arch, hidden, lstm_size, normalize_obs)
+        self.action_dim = action_dim
+        self.init_std = [float(s) for s in init_std]
+        if len(self.init_std) != action_dim or min(self.init_std) <= 0:
+            raise ValueError(f"init_std must be {action_dim} positive numbers, got {self.init_std}")
+        self.mean_head = nn.Linear(lstm_size, action_dim)
+        self.log_std = nn.Parameter(torch.log(torch.tensor(self.init_std)))
+        self.value_head = nn.Linear(lstm_size, 1)
+        self.advantage_torso = MLP(lstm_size + action_dim, hidden or (64,))
+        self.advantage_head = nn.Linear(self.advantage_torso.out_features, 1)
+        nn.init.orthogonal_(self.mean_head.weight, gain=0.01)
+        nn.init.zeros_(self.mean_head.bias)
+
+    def spec(self) -> dict:
+        return dict(
+            obs_shape=list(self.obs_shape), n_actions=self.action_dim, arch=self.arch, hidden=list(self.hidden),
+            policy="gaussian", normalize_obs=self.normalizer is not None, init_std=list(self.init_std),
+            lstm_size=self.lstm_size,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "RecurrentGaussianActorCritic":
+        return cls(
+            tuple(spec["obs_shape"]), int(spec["n_actions"]), spec["arch"], tuple(spec["hidden"]), spec["init_std"],
+            int(spec["lstm_size"]), bool(spec["normalize_obs"]),
+        )
+
+    def policy_of(self, features: torch.Tensor) -> torch.Tensor:
+        """φ = [m(h), log σ], ``[B, 2d]``."""
+        mean = self.mean_head(features)
+        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
+        return torch.cat([mean, log_std], dim=-1)
+
+    def value_of(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value_head(features).squeeze(-1)
+
+    def advantage_of(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """A(h, a) for features ``[B, H]`` and actions ``[B, k, d]``: ``[B, k]``."""
+        k = actions.shape[1]
+        paired = torch.cat([features.unsqueeze(1).expand(-1, k, -1), actions.float()], dim=-1)
+        return self.advantage_head(self.advantage_torso(paired.reshape(-1, paired.shape[-1]))).reshape(-1, k)
+
+
+Network = ActorCritic | GaussianActorCritic | RecurrentActorCritic | RecurrentGaussianActorCritic
 
 
 def network_from_spec(spec: dict) -> Network:
-    """A new, freshly initialised network of either kind from its :meth:`spec`."""
-    if spec.get("policy", "categorical") == "gaussian":
-        return GaussianActorCritic.from_spec(spec)
-    return ActorCritic.from_spec(spec)
+    """A new, freshly initialised network of any kind from its :meth:`spec`.
+
+    Specs written before recurrent nets existed have no ``lstm_size`` and a feed-forward ``arch``.
+    """
+    gaussian = spec.get("policy", "categorical") == "gaussian"
+    if spec.get("arch") in RECURRENT_ARCHS:
+        return (RecurrentGaussianActorCritic if gaussian else RecurrentActorCritic).from_spec(spec)
+    return (GaussianActorCritic if gaussian else ActorCritic).from_spec(spec)
 
 
 def canonical_spec(spec: dict) -> dict:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from acer_sync.buffer import Batch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,20 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def ff_batch(obs, actions, mu, rewards, dones, timeout_values=None) -> Batch:
+    """An update batch for a feed-forward network: no episode starts inside, no recurrent state."""
+    T, N = actions.shape[:2]
+    return Batch(
+        obs=obs, firsts=torch.zeros(T + 1, N, dtype=torch.bool), actions=actions, mu=mu, rewards=rewards, dones=dones,
+        timeout_values=timeout_values, state=(),
+    )
+
+
+def features_of(model, obs: torch.Tensor) -> torch.Tensor:
+    """A feed-forward network's features of observations ``[B, ...]``, for its heads."""
+    return model.step(obs, model.initial_state(len(obs)), torch.zeros(len(obs), dtype=torch.bool))[0]
+
+
 class NeverFire(torch.nn.Module):
     """A policy that always plays NOOP: on its own it would never serve again after a lost life."""
 
@@ -45,7 +61,13 @@ class NeverFire(torch.nn.Module):
         super().__init__()
         self.n_actions = n_actions
 
-    def policy(self, obs: torch.Tensor) -> torch.Tensor:
-        pi = torch.zeros(len(obs), self.n_actions)
+    def initial_state(self, n: int) -> tuple:
+        return ()
+
+    def step(self, obs: torch.Tensor, state: tuple, first: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        return obs, state
+
+    def policy_of(self, features: torch.Tensor) -> torch.Tensor:
+        pi = torch.zeros(len(features), self.n_actions)
         pi[:, 0] = 1.0
         return pi

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from acer_sync.buffer import ReplayBuffer, Segment, rebuild_stacks
+from acer_sync.buffer import ReplayBuffer, Segment, buffer_fields, rebuild_stacks, to_batch
+from acer_sync.distributions import Categorical
 from atari.stacking import FrameStacker
 
 N, T, STACK, A = 3, 5, 4, 2
@@ -42,11 +43,18 @@ class FakeRollout:
         actions = self.rng.integers(0, A, (T, N))
         mu = self.rng.dirichlet(np.ones(A), (T, N)).astype(np.float32)
         rewards = self.rng.normal(size=(T, N)).astype(np.float32)
-        return Segment(frames, firsts, actions, mu, rewards, dones), stacks
+        segment = Segment(
+            frames=frames, firsts=firsts, actions=actions, mu=mu, rewards=rewards, dones=dones,
+            timeout_values=np.zeros((T, N), np.float32),
+        )
+        return segment, stacks
+
+
+FIELDS = buffer_fields((1,), np.dtype(np.float32), Categorical(A))
 
 
 def make_buffer(segments: int) -> ReplayBuffer:
-    return ReplayBuffer(N, T, segments * T, (1,), np.dtype(np.float32), STACK, A)
+    return ReplayBuffer(FIELDS, N, T, segments * T, STACK)
 
 
 def rebuilt(sample) -> np.ndarray:
@@ -54,11 +62,14 @@ def rebuilt(sample) -> np.ndarray:
 
 
 def test_frames_are_stored_once():
-    buffer = ReplayBuffer(16, 20, 50_000, (84, 84), np.dtype(np.uint8), 4, 6)
+    fields = buffer_fields((84, 84), np.dtype(np.uint8), Categorical(6))
+    buffer = ReplayBuffer(fields, 16, 20, 50_000, 4)
     assert buffer.frames.shape == (50_000 + 4, 16, 84, 84)
     per_transition = buffer.nbytes / (16 * 50_000)
-    assert per_transition < 7_100  # one 84x84 frame is 7,056 bytes
-    assert buffer.nbytes == ReplayBuffer.bytes_needed(16, 20, 50_000, (84, 84), np.uint8, 4, 6)
+    # One 84x84 frame (7,056 bytes) and its first flag, then 4·A + 10 bytes of step data: μ in
+    # float32, a uint8 action, the reward and the time-limit value in float32, a bool done.
+    assert per_transition == pytest.approx((50_004 * 7_057 + 50_000 * (4 * 6 + 10)) / 50_000)
+    assert buffer.nbytes == ReplayBuffer.bytes_needed(fields, 16, 20, 50_000, 4)
 
 
 def test_latest_rebuilds_the_acting_stacks_and_data():
@@ -134,9 +145,50 @@ def test_put_checks_shapes():
     buffer = make_buffer(2)
     segment, _ = FakeRollout(3).segment()
     with pytest.raises(ValueError):
-        buffer.put(segment._replace(actions=segment.actions[:-1]))
+        buffer.put(Segment({**segment, "actions": segment.actions[:-1]}))
 
 
 def test_too_small_buffer_is_refused():
     with pytest.raises(ValueError, match="no segment"):
-        ReplayBuffer(N, T, T - 1, (1,), np.dtype(np.float32), STACK, A)
+        ReplayBuffer(FIELDS, N, T, T - 1, STACK)
+
+
+def test_the_table_of_fields_drives_storage_sampling_saving_and_the_batch():
+    # A recurrent network's state is one more row of the table: stored per segment, sampled with
+    # its segment, saved, and handed to the update as the batch's state.
+    fields = buffer_fields((1,), np.dtype(np.float32), Categorical(A), {"h": (3,), "c": (3,)})
+    assert [(f.name, f.per) for f in fields][-2:] == [("state_h", "segment"), ("state_c", "segment")]
+    buffer = ReplayBuffer(fields, N, T, 4 * T, STACK)
+    assert buffer.nbytes == ReplayBuffer.bytes_needed(fields, N, T, 4 * T, STACK)
+    assert buffer.state_h.shape == (4, N, 3)
+    rollout, segments = FakeRollout(4), []
+    for index in range(6):
+        segment, _ = rollout.segment()
+        segment["state_h"] = (np.full((N, 3), index) + np.arange(N)[:, None] / 10).astype(np.float32)
+        segment["state_c"] = -segment["state_h"]
+        buffer.put(segment)
+        segments.append(segment)
+    np.testing.assert_array_equal(buffer.latest().state_h, segments[-1]["state_h"])
+    sample = buffer.sample(np.random.default_rng(0))
+    for env in range(N):
+        matches = [s for s in segments[-4:] if np.array_equal(s.frames[:, env], sample.frames[STACK - 1 :, env])]
+        assert len(matches) == 1
+        np.testing.assert_array_equal(sample.state_h[env], matches[0]["state_h"][env])
+        np.testing.assert_array_equal(sample.state_c[env], matches[0]["state_c"][env])
+    batch = to_batch(sample, fields, STACK, torch.device("cpu"))
+    assert [tuple(s.shape) for s in batch.state] == [(N, 3), (N, 3)]
+    assert torch.equal(batch.state[0], torch.from_numpy(sample.state_h))
+    assert batch.obs.shape == (T + 1, N, STACK, 1) and batch.firsts.shape == (T + 1, N)
+    assert torch.equal(batch.firsts, torch.from_numpy(sample.firsts[STACK - 1 :]))
+    assert batch.actions.dtype == torch.int64 and batch.dones.dtype == torch.float32
+    restored = ReplayBuffer(fields, N, T, 4 * T, STACK)
+    restored.load_state(buffer.state())
+    np.testing.assert_array_equal(restored.state_c, buffer.state_c)
+
+
+def test_a_saved_buffer_missing_a_field_it_always_had_is_refused_in_one_message():
+    buffer = make_buffer(2)
+    buffer.put(FakeRollout(5).segment()[0])
+    state = {name: array for name, array in buffer.state().items() if name != "mu"}
+    with pytest.raises(ValueError, match="has no mu"):
+        make_buffer(2).load_state(state)

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from acer_sync.agent import ACER, Batch
+from acer_sync.agent import ACER
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.config import Config, build_config
 from acer_sync.learn import Trainer
 from acer_sync.networks import LOG_STD_MAX, LOG_STD_MIN, GaussianActorCritic, canonical_spec, network_from_spec
 from acer_sync.normalization import ObservationNormalizer
 from atari.envs import env_info
+from helpers import features_of, ff_batch
 
 
 def test_running_normalizer_matches_numpy():
@@ -32,13 +33,14 @@ def test_running_normalizer_matches_numpy():
 def test_gaussian_network_shapes_and_log_std_clamp():
     model = GaussianActorCritic((1, 3), 2, (8,), [0.6, 0.6], normalize_obs=True)
     obs = torch.randn(4, 1, 3)
-    stats = model.policy(obs)
+    stats = model.policy_of(features_of(model, obs))
     assert stats.shape == (4, 4)
     torch.testing.assert_close(stats[:, 2:], torch.full((4, 2), float(np.log(0.6))))
-    assert model.value(obs).shape == (4,) and model.advantage(obs, torch.randn(4, 7, 2)).shape == (4, 7)
+    features = features_of(model, obs)
+    assert model.value_of(features).shape == (4,) and model.advantage_of(features, torch.randn(4, 7, 2)).shape == (4, 7)
     with torch.no_grad():
         model.log_std.copy_(torch.tensor([-100.0, 100.0]))
-    assert model.policy(obs)[0, 2:].tolist() == [LOG_STD_MIN, LOG_STD_MAX]
+    assert model.policy_of(features_of(model, obs))[0, 2:].tolist() == [LOG_STD_MIN, LOG_STD_MAX]
     assert canonical_spec(model.spec()) == model.spec()
     assert isinstance(network_from_spec(model.spec()), GaussianActorCritic)
 
@@ -49,7 +51,7 @@ def test_gaussian_update_moves_the_policy_and_stays_finite():
     agent = ACER(model, Config(env="test", nsteps=6, num_envs=2, hidden="16", c=5.0))
     g = torch.Generator().manual_seed(1)
     T, N = 6, 2
-    batch = Batch(
+    batch = ff_batch(
         obs=torch.randn(T + 1, N, 1, 3, generator=g), actions=torch.randn(T, N, 1, generator=g),
         mu=torch.cat([torch.zeros(T, N, 1), torch.full((T, N, 1), -1.0)], -1), rewards=torch.randn(T, N, generator=g),
         dones=torch.zeros(T, N), timeout_values=torch.zeros(T, N),
@@ -68,16 +70,17 @@ def test_trust_region_shrinks_the_gaussian_kl_step():
         model = GaussianActorCritic((1, 4), 2, (16,), [0.5, 0.5], normalize_obs=False)
         agent = ACER(model, Config(env="test", nsteps=4, num_envs=4, hidden="16", trust_region=trust_region, delta=1e-3))
         g = torch.Generator().manual_seed(6)
-        batch = Batch(
+        batch = ff_batch(
             obs=torch.randn(5, 4, 1, 4, generator=g), actions=torch.randn(4, 4, 2, generator=g),
-            mu=model.policy(torch.randn(16, 1, 4, generator=g)).detach().reshape(4, 4, 4),
+            mu=model.policy_of(features_of(model, torch.randn(16, 1, 4, generator=g))).detach().reshape(4, 4, 4),
             rewards=torch.randn(4, 4, generator=g) * 10, dones=torch.zeros(4, 4),
         )
         for _ in range(3):
             agent.update(batch, lr=1e-2)
         with torch.no_grad():
             flat = batch.obs[:-1].reshape(16, 1, 4)
-            return float(agent.distribution.kl(agent.average_model.policy(flat), model.policy(flat)).mean())
+            stats_avg = agent.average_model.policy_of(features_of(agent.average_model, flat))
+            return float(agent.distribution.kl(stats_avg, model.policy_of(features_of(model, flat))).mean())
 
     assert kl_after(True) < kl_after(False)
 

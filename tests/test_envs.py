@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from acer_sync.buffer import buffer_fields
+from acer_sync.distributions import distribution_for
 from acer_sync.errors import UserError
 from acer_sync.runner import Runner
 from atari.envs import VecEnv, env_info
@@ -158,7 +160,8 @@ def test_breakout_serves_again_after_a_lost_life_and_stores_what_was_played(back
     info = env_info("BreakoutNoFrameskip-v4")
     env = VecEnv(info, 1, backend, noop_max=0)
     tracker = LifeLossRecorder()
-    runner = Runner(env, NeverFire(info.n_actions), torch.device("cpu"), 50, tracker)
+    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info))
+    runner = Runner(env, NeverFire(info.n_actions), torch.device("cpu"), 50, tracker, fields)
     runner.reset(seed=0)
     segments = [runner.run() for _ in range(6)]
     env.close()

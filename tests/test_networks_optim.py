@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from acer_sync.agent import ACER, Batch
+from acer_sync.agent import ACER
 from acer_sync.config import Config
 from acer_sync.networks import ActorCritic, polyak_update
 from acer_sync.optim import RMSpropTF
 from acer_sync.schedules import learning_rate
+from helpers import features_of, ff_batch
 
 
 def test_polyak_moves_every_parameter_by_exactly_one_minus_alpha():
@@ -33,7 +34,7 @@ def test_average_network_moves_during_training():
     agent = ACER(model, config)
     before = [p.clone() for p in agent.average_model.parameters()]
     T, N = 3, 2
-    batch = Batch(
+    batch = ff_batch(
         obs=torch.randn(T + 1, N, 1, 4),
         actions=torch.randint(0, 3, (T, N)),
         mu=torch.full((T, N, 3), 1 / 3),
@@ -56,7 +57,7 @@ def test_update_skips_nonfinite_gradients():
     model = ActorCritic((1, 4), 2, "mlp", (8,))
     agent = ACER(model, config)
     before = [p.clone() for p in model.parameters()]
-    batch = Batch(
+    batch = ff_batch(
         obs=torch.randn(3, 1, 1, 4),
         actions=torch.zeros(2, 1, dtype=torch.long),
         mu=torch.full((2, 1, 2), 0.5),
@@ -77,7 +78,7 @@ def test_trust_region_shrinks_the_kl_step():
         model = ActorCritic((1, 4), 3, "mlp", (16,))
         agent = ACER(model, config)
         g = torch.Generator().manual_seed(6)
-        batch = Batch(
+        batch = ff_batch(
             obs=torch.randn(5, 4, 1, 4, generator=g),
             actions=torch.randint(0, 3, (4, 4), generator=g),
             mu=torch.full((4, 4, 3), 1 / 3),
@@ -88,8 +89,8 @@ def test_trust_region_shrinks_the_kl_step():
             agent.update(batch, lr=1e-2)
         with torch.no_grad():
             flat = batch.obs[:-1].reshape(16, 1, 4)
-            pi_avg = agent.average_model.policy(flat)
-            pi = model.policy(flat)
+            pi_avg = agent.average_model.policy_of(features_of(agent.average_model, flat))
+            pi = model.policy_of(features_of(model, flat))
             return float((pi_avg * (pi_avg.log() - pi.log())).sum(-1).mean())
 
     assert kl_after(True) < kl_after(False)
@@ -117,7 +118,7 @@ def test_learning_rate_schedules():
 
 def test_nature_cnn_shapes_and_uint8_input():
     model = ActorCritic((4, 84, 84), 6, "cnn")
-    pi, q = model(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
+    pi, q = model(features_of(model, torch.zeros(2, 4, 84, 84, dtype=torch.uint8)))
     assert pi.shape == q.shape == (2, 6)
     torch.testing.assert_close(pi.sum(-1), torch.ones(2))
 
@@ -132,5 +133,5 @@ def test_atari_net_is_initialised_like_baselines():
     assert all(not m.bias.detach().any() for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     assert model.torso.convs[0].weight.is_contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
-        pi, _ = model(torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8))
+        pi, _ = model(features_of(model, torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)))
     assert float((pi - 1 / 6).abs().max()) < 0.01  # the policy starts near uniform

@@ -4,21 +4,21 @@ import copy
 
 import numpy as np
 import torch
+from reference_acer import reference_update
 
 import train
 from acer_sync import losses
-from acer_sync.agent import ACER, Batch
-from acer_sync.buffer import ReplayBuffer, Segment
+from acer_sync.agent import ACER
+from acer_sync.buffer import Batch, ReplayBuffer, Segment, buffer_fields
 from acer_sync.checkpoint import load_checkpoint, save_checkpoint
 from acer_sync.config import Config, build_config
-from acer_sync.distributions import DiagGaussian, distribution_of_spec
+from acer_sync.distributions import Categorical, DiagGaussian, distribution_for, distribution_of_spec
 from acer_sync.learn import build_model
 from acer_sync.networks import ActorCritic, GaussianActorCritic
 from acer_sync.optim import RMSpropTF
 from acer_sync.runner import Runner
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from reference_acer import reference_update
 
 
 def test_q_retrace_bootstraps_a_truncated_step_from_its_final_value():
@@ -67,9 +67,10 @@ def _updated_both_ways(make_model, config, batch, updates=3):
     reference_average = copy.deepcopy(agent.average_model)
     reference_optimizer = RMSpropTF(reference_model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
     dist = distribution_of_spec(model.spec())
+    T, N = batch["actions"].shape[:2]
     torch.manual_seed(5)
     for _ in range(updates):
-        agent.update(Batch(**batch), lr=1e-2)
+        agent.update(Batch(batch, firsts=torch.zeros(T + 1, N, dtype=torch.bool), state=()), lr=1e-2)
     torch.manual_seed(5)
     for _ in range(updates):
         assert reference_update(reference_model, reference_average, reference_optimizer, config, dist, batch, lr=1e-2)
@@ -121,7 +122,8 @@ def runner_for(env_id: str, num_envs: int, nsteps: int, config: Config):
     info = env_info(env_id)
     env = VecEnv(info, num_envs, "sync")
     model = build_model(info, config)
-    runner = Runner(env, model, torch.device("cpu"), nsteps, EpisodeTracker(num_envs, False, False))
+    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes)
+    runner = Runner(env, model, torch.device("cpu"), nsteps, EpisodeTracker(num_envs, False, False), fields)
     runner.reset(seed=0)
     return runner, env, model
 
@@ -136,7 +138,7 @@ def test_runner_stores_the_final_value_of_truncated_steps_only():
         segments = [runner.run() for _ in range(4)]
         last = segments[-1]
         assert last.dones[49].all() and not np.concatenate([s.dones for s in segments])[:-1].any()
-        expected = model.value(torch.from_numpy(env.final_frames[:, None])).detach().numpy()
+        expected = model.value_of(model._normalized(torch.from_numpy(env.final_frames[:, None]))).detach().numpy()
         np.testing.assert_allclose(last.timeout_values[49], expected, rtol=1e-6)
         assert (last.timeout_values[49] != 0).all()
         assert not np.concatenate([s.timeout_values for s in segments])[:-1].any()
@@ -161,15 +163,17 @@ def test_a_buffer_saved_before_timeout_values_loads_with_zeros():
     def filled(buffer, value):
         T, N = 4, 2
         buffer.put(Segment(
-            np.full((T + 1, N, 3), value, np.float32), np.zeros((T + 1, N), bool), np.zeros((T, N), np.int64),
-            np.full((T, N, 2), 0.5, np.float32), np.ones((T, N), np.float32), np.zeros((T, N), bool),
-            np.full((T, N), 7.0, np.float32),
+            frames=np.full((T + 1, N, 3), value, np.float32), firsts=np.zeros((T + 1, N), bool),
+            actions=np.zeros((T, N), np.int64), mu=np.full((T, N, 2), 0.5, np.float32),
+            rewards=np.ones((T, N), np.float32), dones=np.zeros((T, N), bool),
+            timeout_values=np.full((T, N), 7.0, np.float32),
         ))
         return buffer
 
-    new = filled(ReplayBuffer(2, 4, 8, (3,), np.dtype(np.float32), 1, 2), 1.0)
+    fields = buffer_fields((3,), np.dtype(np.float32), Categorical(2))
+    new = filled(ReplayBuffer(fields, 2, 4, 8, 1), 1.0)
     old_state = {name: array for name, array in new.state().items() if name != "timeout_values"}
-    restored = ReplayBuffer(2, 4, 8, (3,), np.dtype(np.float32), 1, 2)
+    restored = ReplayBuffer(fields, 2, 4, 8, 1)
     restored.timeout_values[...] = 9.0
     restored.load_state(old_state)
     assert not restored.timeout_values.any()
@@ -179,17 +183,21 @@ def test_a_buffer_saved_before_timeout_values_loads_with_zeros():
 
 def test_continuous_buffer_round_trip():
     dist = DiagGaussian(2, [-1, -1], [1, 1])
-    buffer = ReplayBuffer(3, 4, 8, (5,), np.dtype(np.float32), 1, 2, dist)
+    fields = buffer_fields((5,), np.dtype(np.float32), dist)
+    buffer = ReplayBuffer(fields, 3, 4, 8, 1)
     T, N = 4, 3
     actions = np.random.default_rng(0).normal(size=(T, N, 2)).astype(np.float32) * 3  # beyond the bounds: kept
     mu = np.random.default_rng(1).normal(size=(T, N, 4)).astype(np.float32)
-    buffer.put(Segment(np.zeros((T + 1, N, 5), np.float32), np.zeros((T + 1, N), bool), actions, mu,
-                       np.zeros((T, N), np.float32), np.zeros((T, N), bool), np.arange(T * N, dtype=np.float32).reshape(T, N)))
+    buffer.put(Segment(
+        frames=np.zeros((T + 1, N, 5), np.float32), firsts=np.zeros((T + 1, N), bool), actions=actions, mu=mu,
+        rewards=np.zeros((T, N), np.float32), dones=np.zeros((T, N), bool),
+        timeout_values=np.arange(T * N, dtype=np.float32).reshape(T, N),
+    ))
     sample = buffer.latest()
     np.testing.assert_array_equal(sample.actions, actions)
     np.testing.assert_array_equal(sample.mu, mu)
     np.testing.assert_array_equal(sample.timeout_values, np.arange(T * N).reshape(T, N))
-    assert buffer.nbytes == ReplayBuffer.bytes_needed(3, 4, 8, (5,), np.dtype(np.float32), 1, 2, dist)
+    assert buffer.nbytes == ReplayBuffer.bytes_needed(fields, 3, 4, 8, 1)
 
 
 def test_a_checkpoint_from_before_continuous_acer_resumes(tmp_path):

@@ -1,0 +1,205 @@
+"""Recurrent ACER: the LSTM replays exactly as it acted, from the state stored with each segment."""
+
+import numpy as np
+import pytest
+import torch
+from reference_acer import categorical_forward, categorical_policy, gaussian_advantage, gaussian_policy, gaussian_value
+
+import train
+from acer_sync import losses
+from acer_sync.buffer import ReplayBuffer, buffer_fields, to_batch
+from acer_sync.checkpoint import load_checkpoint
+from acer_sync.config import build_config
+from acer_sync.distributions import distribution_for
+from acer_sync.learn import Trainer, build_model
+from acer_sync.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic
+from acer_sync.runner import Runner
+from atari.envs import VecEnv, env_info
+from atari.episodes import EpisodeTracker
+from helpers import one_line_error
+
+
+def hand_set_lstm() -> RecurrentActorCritic:
+    """One LSTM unit whose gates are all open (i = f = o = σ(100) = 1) and whose candidate is
+    g_t = tanh(u_t), with u_t = tanh(x_t) the torso's one tanh unit: c_t = c_{t−1} + tanh(tanh(x_t)),
+    h_t = tanh(c_t)."""
+    net = RecurrentActorCritic((1, 1), 2, "lstm", hidden=(1,), lstm_size=1)
+    with torch.no_grad():
+        linear = net.torso.body[1]
+        linear.weight.fill_(1.0)
+        linear.bias.zero_()
+        net.lstm.weight_ih.copy_(torch.tensor([[0.0], [0.0], [1.0], [0.0]]))  # rows: i, f, g, o
+        net.lstm.weight_hh.zero_()
+        net.lstm.bias_ih.copy_(torch.tensor([100.0, 100.0, 0.0, 100.0]))
+        net.lstm.bias_hh.zero_()
+    return net
+
+
+def test_unroll_resets_the_state_at_an_episode_start_inside_a_segment_hand_worked():
+    # x = 0.5, 1, −0.5, 2 in both envs, from the stored state (h, c) = (0.2, 0.3). Env 0 starts an
+    # episode at t = 2, env 1 does not. g_t = tanh(tanh(x_t)) = 0.4318082, 0.6420150, −0.4318082,
+    # 0.7460680.
+    #   env 0: c = 0.3 + g_0 = 0.7318082, + g_1 = 1.3738232; reset: c = g_2 = −0.4318082, + g_3 = 0.3142598
+    #   env 1: c = 0.7318082, 1.3738232, 0.9420150, 1.6880830
+    # and h = tanh(c).
+    net = hand_set_lstm()
+    x = torch.tensor([0.5, 1.0, -0.5, 2.0])
+    obs = x[:, None, None, None].expand(4, 2, 1, 1)
+    firsts = torch.tensor([[False, False], [False, False], [True, False], [False, False]])
+    state = (torch.full((2, 1), 0.2), torch.full((2, 1), 0.3))
+    features, (h, c) = net.unroll(obs, firsts, state)
+    expected_h = torch.tensor([[0.6241703, 0.6241703], [0.8795606, 0.8795606], [-0.4068313, 0.7361467],
+                               [0.3043074, 0.9339026]])
+    torch.testing.assert_close(features.reshape(4, 2), expected_h, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(c.squeeze(-1), torch.tensor([0.3142598, 1.6880830]), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h.squeeze(-1), expected_h[-1], rtol=1e-5, atol=1e-6)
+    # Step by step, as the Actor acts, gives the same.
+    step_state = state
+    for t in range(4):
+        step_features, step_state = net.step(obs[t], step_state, firsts[t])
+        torch.testing.assert_close(step_features.squeeze(-1), expected_h[t], rtol=1e-5, atol=1e-6)
+
+
+def test_unroll_of_a_feed_forward_net_is_its_old_forward_pass():
+    torch.manual_seed(0)
+    T, N = 3, 2
+    firsts = torch.zeros(T, N, dtype=torch.bool)
+    for net, obs in (
+        (ActorCritic((1, 4), 3, "mlp", (8,), normalize_obs=True), torch.randn(T, N, 1, 4)),
+        (ActorCritic((4, 36, 36), 3, "cnn"), torch.randint(0, 256, (T, N, 4, 36, 36), dtype=torch.uint8)),
+    ):
+        features, state = net.unroll(obs, firsts, net.initial_state(N))
+        flat = obs.reshape(T * N, *obs.shape[2:])
+        assert state == ()
+        for got, expected in zip(net(features), categorical_forward(net, flat)):
+            assert torch.equal(got, expected)
+        assert torch.equal(net.policy_of(features), categorical_policy(net, flat))
+    net = GaussianActorCritic((1, 4), 2, (8,), [0.3, 0.3], normalize_obs=True)
+    obs = torch.randn(T, N, 1, 4)
+    features, _ = net.unroll(obs, firsts, ())
+    flat = obs.reshape(T * N, 1, 4)
+    actions = torch.randn(T * N, 5, 2)
+    assert torch.equal(net.policy_of(features), gaussian_policy(net, flat))
+    assert torch.equal(net.value_of(features), gaussian_value(net, flat))
+    assert torch.equal(net.advantage_of(features, actions), gaussian_advantage(net, flat, actions))
+
+
+def lstm_runner(env_id: str, num_envs: int, nsteps: int, **settings):
+    info = env_info(env_id)
+    config = build_config(info.atari, dict(env=env_id, network="lstm", hidden="16", lstm_size=8, **settings))
+    model = build_model(info, config)
+    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes)
+    env = VecEnv(info, num_envs, "sync")
+    runner = Runner(env, model, torch.device("cpu"), nsteps, EpisodeTracker(num_envs, False, False), fields)
+    runner.reset(seed=0)
+    return runner, model, fields, env
+
+
+def replayed_pi(model, batch, state) -> torch.Tensor:
+    T, N = batch.actions.shape
+    with torch.no_grad():
+        features, _ = model.unroll(batch.obs[:T], batch.firsts[:T], state)
+        return model.policy_of(features).reshape(T, N, -1)
+
+
+def test_replay_from_the_stored_state_gives_pi_equal_mu_at_every_step_and_zero_state_replay_does_not():
+    # The identity no other ACER passes: with unchanged weights, replaying a stored segment from
+    # its stored state recomputes μ, so ρ = 1 at every step and the bias correction vanishes.
+    torch.manual_seed(0)
+    T, N = 8, 3
+    runner, model, fields, env = lstm_runner("CartPole-v1", N, T)
+    with torch.no_grad():
+        model.policy_head.weight.mul_(100)  # a policy that depends on its state, as a trained one does
+    buffer = ReplayBuffer(fields, N, T, 6 * T, 1)
+    carried_in = []
+    try:
+        for _ in range(6):
+            carried_in.append(tuple(s.clone() for s in runner.actor.state))
+            buffer.put(runner.run())
+    finally:
+        env.close()
+    zero_state_gaps = []
+    for index in range(6):
+        batch = to_batch(buffer.gather(np.full(N, index)), fields, 1, torch.device("cpu"))
+        # The stored state is the Actor's at the segment start.
+        for stored, actor_state in zip(batch.state, carried_in[index]):
+            assert torch.equal(stored, actor_state)
+        pi = replayed_pi(model, batch, batch.state)
+        assert (pi - batch.mu).abs().max() <= 1e-6
+        rho = losses.importance_weights(pi, batch.mu).gather(-1, batch.actions.unsqueeze(-1))
+        assert (rho - 1).abs().max() <= 1e-5
+        _, correction = losses.acer_policy_gain(
+            pi, torch.zeros(T, N, 2), torch.zeros(T, N), torch.ones(T, N), losses.importance_weights(pi, batch.mu),
+            batch.actions, 0.5,
+        )
+        assert correction.abs().max() <= 1e-5  # ρ ≤ c everywhere: [1 − c/ρ]₊ = 0
+        zero_pi = replayed_pi(model, batch, model.initial_state(N))
+        gap = (zero_pi - batch.mu).abs().amax(-1)  # [T, N]
+        # Replaying from zeros is wrong from the segment's start until an episode starts.
+        started = torch.cumsum(batch.firsts[:T].int(), 0) > 0
+        assert (gap[started] <= 1e-6).all()
+        zero_state_gaps.append(gap[0][~batch.firsts[0]])
+    assert torch.cat(zero_state_gaps).min() > 1e-3
+
+
+def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path):
+    # Through the whole loop: the on-policy update's ρ is 1 (its weights acted the segment), and
+    # replay from the zero state (Baselines' way) makes it wrong.
+    rho = {}
+    for replay_state in ("stored", "zero"):
+        info = env_info("CartPole-v1")
+        config = build_config(False, dict(
+            env="CartPole-v1", network="lstm", hidden="16", lstm_size=8, vec_env="sync", num_envs=4, nsteps=10,
+            total_timesteps=400, replay_ratio=0, log_interval=1, eval_every=0, replay_state=replay_state,
+        ))
+        rows = []
+        (tmp_path / replay_state).mkdir()
+        trainer = Trainer(config, info, tmp_path / replay_state, progress_bar=False, on_progress=rows.append)
+        assert trainer.train() == 0
+        rho[replay_state] = np.array([row["rho_mean"] for row in rows])
+    assert np.abs(rho["stored"] - 1).max() <= 1e-5
+    assert np.abs(rho["zero"] - 1).max() > 1e-4
+
+
+def test_an_lstm_run_checkpoints_resumes_and_refuses_another_network(tmp_path):
+    run_dir = tmp_path / "run"
+    common = ["--no-progress"]
+    assert train.main(["--env", "CartPole-v1", "--network", "lstm", "--lstm-size", "8", "--hidden", "16",
+                       "--vec-env", "sync", "--num-envs", "2", "--total-timesteps", "400", "--eval-every", "0",
+                       "--save-buffer", "--run-dir", str(run_dir), *common]) == 0
+    first = load_checkpoint(run_dir)
+    assert first["model_spec"]["arch"] == "lstm" and first["model_spec"]["lstm_size"] == 8
+    with np.load(run_dir / "checkpoints" / "buffer.npz") as arrays:
+        assert arrays["state_h"].shape[1:] == (2, 8)
+    assert train.main(["--resume", str(run_dir), "--total-timesteps", "800", *common]) == 0
+    second = load_checkpoint(run_dir)
+    assert second["counters"]["timesteps"] == 800 and second["model_spec"] == first["model_spec"]
+    assert any(not torch.equal(second["model"][k], first["model"][k]) for k in first["model"])
+
+
+def test_resume_with_another_network_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    run_dir = tmp_path / "run"
+    assert train.main(["--env", "CartPole-v1", "--network", "lstm", "--lstm-size", "8", "--vec-env", "sync",
+                       "--num-envs", "2", "--total-timesteps", "200", "--eval-every", "0", "--run-dir", str(run_dir),
+                       "--no-progress"]) == 0
+    result = subprocess.run([sys.executable, "train.py", "--resume", str(run_dir), "--network", "mlp"],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert "--network mlp (the run used lstm)" in one_line_error(result)
+
+
+@pytest.mark.parametrize("network", ["cnn", "cnn_lstm"])
+def test_a_network_that_does_not_fit_the_observations_is_one_line(tmp_path, network):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    result = subprocess.run([sys.executable, "train.py", "--env", "CartPole-v1", "--network", network,
+                             "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
+    assert f"--network {network} does not fit CartPole-v1" in one_line_error(result)
+    assert not (tmp_path / "run").exists()
