@@ -21,9 +21,10 @@ from atari.envs import env_info
 def parse_args(argv: list[str]):
     parser = OneLineParser(
         prog="train.py",
-        description="Train ACER (Wang et al. 2017) on a gymnasium env. Atari ids get Baselines' "
-        "defaults; other envs (CartPole-v1, Acrobot-v1, LunarLander-v3, ...) get the classic-control "
-        "preset. --config FILE.yaml overrides the preset, and every flag overrides both.",
+        description="Train ACER (Wang et al. 2017) on a gymnasium env, or on your own with --env "
+        "module:EnvId. Atari ids get Baselines' defaults; other envs (CartPole-v1, Acrobot-v1, "
+        "LunarLander-v3 with pip install \"gymnasium[box2d]\", ...) get the classic-control preset. "
+        "--config FILE.yaml overrides the preset, and every flag overrides both.",
     )
     parser.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
     parser.add_argument("--run-dir", type=Path, default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
@@ -34,7 +35,7 @@ def parse_args(argv: list[str]):
 
 
 def default_run_dir(config: Config) -> Path:
-    name = config.env.replace("/", "-")
+    name = config.env.replace("/", "-").replace(":", "-")
     return Path("runs") / f"{name}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -90,16 +91,16 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("give either --resume RUN_DIR or --run-dir, not both")
         config, payload = resumed_config(args.resume, overrides)
         run_dir = args.resume
-        info = env_info(config.env)
+        info = env_info(config.env, config.env_kwargs)
     else:
-        info = env_info(overrides.get("env", Config.env))
+        info = env_info(overrides.get("env", Config.env), overrides.get("env_kwargs"))
         config = build_config(info.atari, overrides, continuous=info.continuous)
         payload = None
     problems = validate(config)
     if problems:
         raise UserError("; ".join(problems))
-    if info.atari and config.normalize_obs:
-        raise UserError("--normalize-obs is for vector observations; Atari frames are scaled by 1/255 instead")
+    if info.arch == "cnn" and config.normalize_obs:
+        raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     if payload is not None:
         expected = Trainer.model_spec(info, config)
         try:

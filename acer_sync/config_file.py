@@ -16,8 +16,13 @@ from acer_sync.config import fields
 from acer_sync.errors import UserError
 
 #: The YAML type each kind of Config field accepts (a float field also takes an integer).
-ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
-TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,)}
+TYPE_NAMES = {
+    "int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+    "dict": "a mapping of names to values, such as {max_episode_steps: 200}",
+}
+#: What a value in ``env_kwargs`` may hold: what config.json and the checkpoints can store.
+PLAIN_VALUES = (type(None), bool, int, float, str)
 
 
 def field_types() -> dict[str, str]:
@@ -38,10 +43,31 @@ def check_setting(name: str, value, source: str):
         value = float(value)
         if math.isnan(value) or (math.isinf(value) and name != "c"):
             raise UserError(f"{source}: {name} must be a finite number, got {value!r}")
+    if kind == "dict":
+        return check_env_kwargs(value, f"{source}: {name}")
     choices = next(f.metadata.get("choices") for f in fields() if f.name == name)
     if choices and value not in choices:
         raise UserError(f"{source}: {name} must be one of {', '.join(c for c in choices if c)}, got {value!r}")
     return value
+
+
+def check_env_kwargs(value: dict, source: str) -> dict:
+    """``value`` as keyword arguments for ``gym.make``: names to numbers, booleans, strings, null,
+    or lists and mappings of these; a UserError naming ``source`` otherwise."""
+
+    def plain(item) -> bool:
+        if isinstance(item, list):
+            return all(map(plain, item))
+        if isinstance(item, dict):
+            return all(isinstance(key, str) and plain(inner) for key, inner in item.items())
+        return isinstance(item, PLAIN_VALUES)
+
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise UserError(f"{source}: {key!r} is not a keyword argument name")
+        if not plain(item):
+            raise UserError(f"{source}: {key} must be a number, true/false, a string, or a list or mapping of these, got {item!r}")
+    return dict(value)
 
 
 def read_yaml_mapping(path: Path) -> dict:
@@ -69,3 +95,4 @@ def read_yaml_mapping(path: Path) -> dict:
 def load_config_file(path: Path) -> dict:
     """The settings of a ``--config`` file, checked: ``{field name: value}``."""
     return {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
+

@@ -13,13 +13,15 @@
 
 Trials are every env x seed x grid point. Each trial's Config is its env's preset with the
 settings on top (as ``train.py --config``), its ``threads`` set to the trial's CPUs, and it is
-checked as ``train.py`` checks its flags. Every mistake is a one-line :class:`UserError`.
+checked as ``train.py`` checks its flags. ``envs`` take ``module:EnvId`` ids, and
+``settings.env_kwargs`` a mapping. Every mistake is a one-line :class:`UserError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -69,8 +71,12 @@ def is_number(value) -> bool:
 
 
 def value_text(value) -> str:
-    """A setting's value as it appears in a trial name: ``1``, ``0.5``, ``True``, ``64-64``."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+    """A setting's value as it appears in a trial name: ``1``, ``0.5``, ``True``, ``64-64``,
+    ``size-5`` (env kwargs ``{size: 5}``)."""
+    if isinstance(value, dict):
+        text = "-".join(f"{key}-{value_text(item)}" for key, item in value.items())
+    else:
+        text = f"{value:g}" if isinstance(value, float) else str(value)
     return re.sub(r"[^A-Za-z0-9.+-]", "-", text)
 
 
@@ -139,7 +145,15 @@ def load_sweep(path: Path) -> Sweep:
     failures = payload.get("failures", DEFAULT_FAILURES)
     if not is_int(failures) or failures < 0:
         raise UserError(f"{source}: failures must be a whole number >= 0, got {failures!r}")
-    infos = {env: env_info(env) for env in envs}  # unknown env ids fail here, with close matches
+    infos = {}
+
+    def info_of(env: str, env_kwargs: dict):
+        """The env as the trial makes it (its kwargs may change its spaces); unknown env ids and
+        kwargs it does not take fail here, in one line."""
+        key = (env, json.dumps(env_kwargs, sort_keys=True))
+        if key not in infos:
+            infos[key] = env_info(env, env_kwargs)
+        return infos[key]
     if gpus == 0 and "cuda" in axes.get("device", []):
         raise UserError(f"{source}: settings.device is cuda but trial.gpus is 0; give each trial a share of a GPU")
 
@@ -147,11 +161,10 @@ def load_sweep(path: Path) -> Sweep:
     trials = []
     for env, seed, point in itertools.product(envs, seeds, itertools.product(*axes.values())):
         settings = dict(zip(axes, point))
-        name_parts = [env.replace("/", "-"), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
+        name_parts = [re.sub("[/:]", "-", env), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
         trial_name = "_".join(name_parts)
-        config = build_config(
-            infos[env].atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=infos[env].continuous
-        )
+        info = info_of(env, settings.get("env_kwargs", {}))
+        config = build_config(info.atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=info.continuous)
         problems = validate(config)
         if problems:
             raise UserError(f"{source}: trial {trial_name}: {problems[0]}")
