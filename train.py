@@ -10,7 +10,7 @@ from pathlib import Path
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
-from acer_sync.config_file import load_config_file
+from acer_sync.config_file import env_settings_line, load_config_file, load_env_settings
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer
 from acer_sync.run_metadata import write_config
@@ -24,7 +24,8 @@ def parse_args(argv: list[str]):
         description="Train ACER (Wang et al. 2017) on a gymnasium env, or on your own with --env "
         "module:EnvId. Atari ids get Baselines' defaults; other envs (CartPole-v1, Acrobot-v1, "
         "LunarLander-v3 with pip install \"gymnasium[box2d]\", ...) get the classic-control preset. "
-        "--config FILE.yaml overrides the preset, and every flag overrides both.",
+        "configs/envs/<EnvId>.yaml overrides the preset, --config FILE.yaml overrides both, and every "
+        "flag overrides all three.",
     )
     parser.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
     parser.add_argument("--run-dir", type=Path, default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
@@ -93,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.resume
         info = env_info(config.env, config.env_kwargs)
     else:
-        info = env_info(overrides.get("env", Config.env), overrides.get("env_kwargs"))
-        config = build_config(info.atari, overrides, continuous=info.continuous)
+        env = overrides.get("env", Config.env)
+        env_file, env_settings = load_env_settings(env)
+        info = env_info(env, overrides.get("env_kwargs", env_settings.get("env_kwargs")))
+        config = build_config(info.atari, overrides, continuous=info.continuous, env_settings=env_settings)
+        if env_file is not None:
+            print(env_settings_line(env, env_file, env_settings, overrides), flush=True)
         payload = None
     problems = validate(config)
     if problems:

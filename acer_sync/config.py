@@ -121,9 +121,11 @@ def field_default(f: dataclasses.Field):
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
-def build_config(atari: bool, overrides: dict, continuous: bool = False) -> Config:
-    """The preset for this kind of env, with the user's ``overrides`` (non-None values) on top."""
+def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:
+    """The preset for this kind of env, then the env's own tuned settings (``configs/envs/``),
+    then the user's ``overrides`` (non-None values) on top."""
     values = dict(PRESETS[preset_name(atari, continuous)])
+    values.update(env_settings or {})
     values.update({k: v for k, v in overrides.items() if v is not None})
     return Config(**values)
 

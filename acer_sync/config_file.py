@@ -1,8 +1,9 @@
 """Config files: a YAML mapping of Config settings, by their field names.
 
 ``train.py --config FILE.yaml`` reads one, and a sweep's ``settings`` use the same keys and the
-same checks (:func:`check_setting`). A flag overrides the file; the file overrides the preset.
-Every mistake is a one-line :class:`UserError` naming the file and the key.
+same checks (:func:`check_setting`). ``configs/envs/<EnvId>.yaml`` holds an env's tuned settings,
+applied automatically (:func:`load_env_settings`). Precedence: preset < env file < ``--config``
+< flags. Every mistake is a one-line :class:`UserError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import yaml
 
 from acer_sync.config import fields
 from acer_sync.errors import UserError
+
+#: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters.
+ENV_SETTINGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "envs"
 
 #: The YAML type each kind of Config field accepts (a float field also takes an integer).
 ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,)}
@@ -96,3 +100,30 @@ def load_config_file(path: Path) -> dict:
     """The settings of a ``--config`` file, checked: ``{field name: value}``."""
     return {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
 
+
+def env_settings_file(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> Path:
+    """Where the tuned settings of ``env_id`` live: ``configs/envs/<EnvId>.yaml``, the id without
+    its ``module:`` part (``ALE/Pong-v5`` is ``configs/envs/ALE/Pong-v5.yaml``)."""
+    return directory / f"{env_id.rpartition(':')[2]}.yaml"
+
+
+def load_env_settings(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> tuple[Path | None, dict]:
+    """The env's tuned settings file and its checked settings; ``(None, {})`` when it has none.
+
+    They go between the preset and the user's settings (``--config``, flags, a sweep's settings)."""
+    path = env_settings_file(env_id, directory)
+    if not path.is_file():
+        return None, {}
+    settings = load_config_file(path)
+    if "env" in settings:
+        raise UserError(f"{path}: sets env, which the file's name already gives")
+    return path, settings
+
+
+def env_settings_line(env_id: str, path: Path, settings: dict, overrides: dict) -> str:
+    """One line saying which of the env file's settings a run takes, and which the user overrode."""
+    applied = [f"{name}={value}" for name, value in settings.items() if overrides.get(name) is None]
+    overridden = [name for name in settings if overrides.get(name) is not None]
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    line = f"tuned settings for {env_id} from {shown}: {', '.join(applied) or 'none applied'}"
+    return line + (f" (overridden by your settings: {', '.join(overridden)})" if overridden else "")

@@ -11,10 +11,11 @@
     trial: {cpus: 1, gpus: 0}  # resources of one trial; gpus may be a fraction
     failures: 3                # restarts of a trial whose process dies (optional)
 
-Trials are every env x seed x grid point. Each trial's Config is its env's preset with the
-settings on top (as ``train.py --config``), its ``threads`` set to the trial's CPUs, and it is
-checked as ``train.py`` checks its flags. ``envs`` take ``module:EnvId`` ids, and
-``settings.env_kwargs`` a mapping. Every mistake is a one-line :class:`UserError`.
+Trials are every env x seed x grid point. Each trial's Config is its env's preset, then its env's
+tuned settings (``configs/envs/<EnvId>.yaml``), then the settings on top (as ``train.py
+--config``), its ``threads`` set to the trial's CPUs, and it is checked as ``train.py`` checks its
+flags. ``envs`` take ``module:EnvId`` ids, and ``settings.env_kwargs`` a mapping. Every mistake is a
+one-line :class:`UserError`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.config import Config, build_config, validate
-from acer_sync.config_file import check_setting, read_yaml_mapping
+from acer_sync.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.errors import UserError
 from atari.envs import env_info
 
@@ -145,6 +146,7 @@ def load_sweep(path: Path) -> Sweep:
     failures = payload.get("failures", DEFAULT_FAILURES)
     if not is_int(failures) or failures < 0:
         raise UserError(f"{source}: failures must be a whole number >= 0, got {failures!r}")
+    env_files = {env: load_env_settings(env) for env in envs}
     infos = {}
 
     def info_of(env: str, env_kwargs: dict):
@@ -163,8 +165,12 @@ def load_sweep(path: Path) -> Sweep:
         settings = dict(zip(axes, point))
         name_parts = [re.sub("[/:]", "-", env), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
         trial_name = "_".join(name_parts)
-        info = info_of(env, settings.get("env_kwargs", {}))
-        config = build_config(info.atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=info.continuous)
+        env_settings = env_files[env][1]
+        info = info_of(env, settings.get("env_kwargs", env_settings.get("env_kwargs", {})))
+        config = build_config(
+            info.atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=info.continuous,
+            env_settings=env_settings,
+        )
         problems = validate(config)
         if problems:
             raise UserError(f"{source}: trial {trial_name}: {problems[0]}")

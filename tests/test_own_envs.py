@@ -1,4 +1,5 @@
-"""Users' own envs: ``--env module:EnvId``, ``--env-kwargs``, and observation spaces beyond a flat Box.
+"""Users' own envs: ``--env module:EnvId``, ``--env-kwargs``, observation spaces beyond a flat Box,
+and the tuned settings of ``configs/envs/``.
 
 The envs live in a module this file writes (:data:`ENV_MODULE`), as a user's would: importing it
 registers them, and nothing else does.
@@ -17,7 +18,7 @@ import torch
 
 from acer_sync.checkpoint import load_checkpoint, save_checkpoint
 from acer_sync.config import Config, build_config
-from acer_sync.config_file import check_setting
+from acer_sync.config_file import check_setting, load_env_settings
 from acer_sync.errors import UserError
 from acer_sync.networks import ActorCritic
 from atari.envs import MIN_IMAGE_SIDE, VecEnv, env_info
@@ -403,3 +404,81 @@ def test_the_preset_follows_the_env_as_its_kwargs_make_it(module_dir, tmp_path):
     assert discrete == build_config(False, {"env": USER_ENV, "seed": 0, "threads": 1})
     assert continuous == build_config(False, {"env": USER_ENV, "seed": 0, "threads": 1, "env_kwargs": {"continuous": True}},
                                       continuous=True)
+
+
+# --- tuned settings per env (configs/envs/) ------------------------------------------------------
+
+
+def test_env_file_goes_between_the_preset_and_the_users_settings(tmp_path):
+    (tmp_path / "Pendulum-v1.yaml").write_text("gamma: 0.9\nnsteps: 7\nlr: 0.002\n")
+    path, env_settings = load_env_settings("Pendulum-v1", tmp_path)
+    assert path == tmp_path / "Pendulum-v1.yaml" and env_settings == {"gamma": 0.9, "nsteps": 7, "lr": 0.002}
+    preset = build_config(False, {}, continuous=True)
+    config = build_config(False, {"nsteps": 9}, continuous=True, env_settings=env_settings)
+    assert config.gamma == 0.9 and config.lr == 0.002  # the file beats the preset
+    assert config.nsteps == 9  # the user beats the file
+    assert config.buffer_size == preset.buffer_size  # the preset where neither speaks
+    assert load_env_settings("Acrobot-v1", tmp_path) == (None, {})
+    assert load_env_settings("gymnasium:Pendulum-v1", tmp_path)[1] == env_settings  # the module part is not the name
+
+
+def test_an_env_file_is_checked_as_a_config_file(tmp_path):
+    (tmp_path / "Pendulum-v1.yaml").write_text("gama: 0.9\n")
+    with pytest.raises(UserError, match="Pendulum-v1.yaml: unknown setting 'gama'"):
+        load_env_settings("Pendulum-v1", tmp_path)
+    (tmp_path / "Pendulum-v1.yaml").write_text("env: CartPole-v1\n")
+    with pytest.raises(UserError, match="Pendulum-v1.yaml: sets env, which the file's name already gives"):
+        load_env_settings("Pendulum-v1", tmp_path)
+
+
+def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path):
+    """Pendulum-v1's shipped file sets gamma 0.9, total_timesteps 100000, vec_env sync and threads 1."""
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("gamma: 0.95\ntotal_timesteps: 20\nnum_envs: 1\nnsteps: 5\neval_every: 0\n")
+    result = subprocess.run(
+        [sys.executable, "train.py", "--env", "Pendulum-v1", "--config", str(config_file), "--gamma", "0.8",
+         "--run-dir", str(tmp_path / "run"), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
+    assert config["vec_env"] == "sync" and config["threads"] == 1  # the file beats the preset
+    assert config["total_timesteps"] == 20  # --config beats the file
+    assert config["gamma"] == 0.8  # a flag beats --config and the file
+    assert config["lr"] == build_config(False, {}, continuous=True).lr  # the preset where none speaks
+    lines = [line for line in result.stdout.splitlines() if line.startswith("tuned settings")]
+    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync, threads=1 "
+                     "(overridden by your settings: gamma, total_timesteps)"], result.stdout
+
+
+def test_sweeps_apply_the_env_file_under_their_settings(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: s\nenvs: [Pendulum-v1]\nseeds: [0]\nsettings:\n  total_timesteps: 5000\ntrial: {cpus: 2}\n")
+    config = load_sweep(path).trials[0].config
+    assert config.gamma == 0.9 and config.vec_env == "sync"  # the file beats the preset
+    assert config.total_timesteps == 5000  # the sweep's settings beat the file
+    assert config.threads == 2  # the trial's CPUs, which the sweep sets over the file's 1
+
+
+def shipped_env_files() -> list[Path]:
+    return sorted((ROOT / "configs" / "envs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", shipped_env_files(), ids=lambda path: path.stem)
+def test_shipped_env_files_hold_only_what_their_reported_runs_used(path):
+    """Each setting of a shipped env file is what the README's reported runs of that env ran with
+    (docs/runs/<EnvId>*/config.json), and differs from the preset; threads may come from
+    OMP_NUM_THREADS=1, which the README's Continuous control runs all used."""
+    env_id = path.stem
+    _, settings = load_env_settings(env_id)
+    assert settings, path
+    info = env_info(env_id)
+    preset = build_config(info.atari, {}, continuous=info.continuous)
+    runs = sorted((ROOT / "docs" / "runs").glob(f"{env_id}*/config.json"))
+    for name, value in settings.items():
+        assert value != getattr(preset, name), (path, name)
+        if name == "threads" and value == 1:
+            continue
+        assert runs, f"{path}: no reported run in docs/runs to back {name}"
+        for run_config in runs:
+            assert json.loads(run_config.read_text())["config"][name] == value, (run_config, name)
