@@ -16,7 +16,7 @@ from acer_sync.errors import UserError, run_cli
 from acer_sync.evaluation import evaluate
 from acer_sync.learn import select_device
 from acer_sync.networks import Network, canonical_spec, network_from_spec
-from atari.envs import VecEnv, env_info
+from atari.envs import EnvInfo, VecEnv, env_info
 
 VIDEO_FPS = 30
 #: MuJoCo's headless OpenGL backend for --video, unless MUJOCO_GL is already set: EGL (a GPU
@@ -36,21 +36,23 @@ def parse_args(argv: list[str]):
     return parser.parse_args(argv)
 
 
-def load_model(payload: dict, checkpoint: Path) -> tuple[Network, str]:
+def load_model(payload: dict, checkpoint: Path) -> tuple[Network, EnvInfo]:
+    """The checkpoint's network, and its env as the run made it (its ``env_kwargs`` included)."""
     try:
         spec = canonical_spec(payload["model_spec"])
         env_id = payload["env_id"]
+        env_kwargs = payload.get("config", {}).get("env_kwargs", {})  # older checkpoints have none
         model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         raise UserError(f"{checkpoint} does not hold a usable model ({type(error).__name__})") from None
-    info = env_info(env_id)
+    info = env_info(env_id, env_kwargs)
     if tuple(spec["obs_shape"]) != info.obs_shape or int(spec["n_actions"]) != info.n_actions:
         raise UserError(
             f"{checkpoint} was made for observations {tuple(spec['obs_shape'])} and {spec['n_actions']} actions, "
             f"but {env_id} has {info.obs_shape} and {info.n_actions}"
         )
-    return model, env_id
+    return model, info
 
 
 def follow_the_agent(env: VecEnv) -> None:
@@ -81,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         # Read when MuJoCo is first imported (building the env below), so it must be set here.
         os.environ.setdefault("MUJOCO_GL", HEADLESS_GL)
     payload = load_checkpoint(args.checkpoint)
-    model, env_id = load_model(payload, args.checkpoint)
+    model, info = load_model(payload, args.checkpoint)
+    env_id = info.env_id
     device = select_device(args.device)
     model.to(device).eval()
-    info = env_info(env_id)
 
     render_mode = "rgb_array" if args.video is not None else ("human" if args.render else None)
     try:

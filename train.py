@@ -10,7 +10,7 @@ from pathlib import Path
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
-from acer_sync.config_file import load_config_file
+from acer_sync.config_file import env_settings_line, load_config_file, load_env_settings
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer, network_arch
 from acer_sync.networks import canonical_spec
@@ -21,9 +21,11 @@ from atari.envs import env_info
 def parse_args(argv: list[str]):
     parser = OneLineParser(
         prog="train.py",
-        description="Train ACER (Wang et al. 2017) on a gymnasium env. Atari ids get Baselines' "
-        "defaults; other envs (CartPole-v1, Acrobot-v1, LunarLander-v3, ...) get the classic-control "
-        "preset. --config FILE.yaml overrides the preset, and every flag overrides both.",
+        description="Train ACER (Wang et al. 2017) on a gymnasium env, or on your own with --env "
+        "module:EnvId. Atari ids get Baselines' defaults; other envs (CartPole-v1, Acrobot-v1, "
+        "LunarLander-v3 with pip install \"gymnasium[box2d]\", ...) get the classic-control preset. "
+        "configs/envs/<EnvId>.yaml overrides the preset, --config FILE.yaml overrides both, and every "
+        "flag overrides all three.",
     )
     parser.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
     parser.add_argument("--run-dir", type=Path, default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
@@ -34,7 +36,7 @@ def parse_args(argv: list[str]):
 
 
 def default_run_dir(config: Config) -> Path:
-    name = config.env.replace("/", "-")
+    name = config.env.replace("/", "-").replace(":", "-")
     return Path("runs") / f"{name}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -90,16 +92,20 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("give either --resume RUN_DIR or --run-dir, not both")
         config, payload = resumed_config(args.resume, overrides)
         run_dir = args.resume
-        info = env_info(config.env)
+        info = env_info(config.env, config.env_kwargs)
     else:
-        info = env_info(overrides.get("env", Config.env))
-        config = build_config(info.atari, overrides, continuous=info.continuous)
+        env = overrides.get("env", Config.env)
+        env_file, env_settings = load_env_settings(env)
+        info = env_info(env, overrides.get("env_kwargs", env_settings.get("env_kwargs")))
+        config = build_config(info.atari, overrides, continuous=info.continuous, env_settings=env_settings)
+        if env_file is not None:
+            print(env_settings_line(env, env_file, env_settings, overrides), flush=True)
         payload = None
     problems = validate(config)
     if problems:
         raise UserError("; ".join(problems))
-    if info.atari and config.normalize_obs:
-        raise UserError("--normalize-obs is for vector observations; Atari frames are scaled by 1/255 instead")
+    if info.arch == "cnn" and config.normalize_obs:
+        raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     network_arch(info, config)
     if payload is not None:
         expected = Trainer.model_spec(info, config)

@@ -6,8 +6,11 @@ import argparse
 import math
 import sys
 
+import yaml
+
 from acer_sync.config import PRESETS, fields
-from acer_sync.errors import EXIT_USER_ERROR
+from acer_sync.config_file import check_env_kwargs
+from acer_sync.errors import EXIT_USER_ERROR, UserError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -34,6 +37,22 @@ def float_or_inf(text: str) -> float:
     return value
 
 
+def key_value(text: str) -> tuple[str, object]:
+    """One ``KEY=VALUE`` of ``--env-kwargs``, the value read as YAML (``200``, ``true``, ``0.5``,
+    ``hard``)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed = yaml.safe_load(value) if value else ""
+    except yaml.YAMLError as error:
+        raise argparse.ArgumentTypeError(f"{text}: not a YAML value ({getattr(error, 'problem', None) or type(error).__name__})") from None
+    try:
+        return key, check_env_kwargs({key: parsed}, text)[key]
+    except UserError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 finite_float.__name__ = "finite number"
 float_or_inf.__name__ = "number"
 
@@ -43,8 +62,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     atari, classic, continuous = PRESETS["atari"], PRESETS["classic"], PRESETS["continuous"]
     for f in fields():
         flag = "--" + f.name.replace("_", "-")
-        default = f.default
         help_text = f.metadata["help"]
+        if f.type in (dict, "dict"):
+            parser.add_argument(flag, nargs="+", type=key_value, metavar="KEY=VALUE", default=None, help=f"{help_text} (default: none)")
+            continue
+        default = f.default
         shown = f"default: {default}" if default != "" else "default: by env kind"
         if f.name in atari:
             shown += f"; Atari preset: {atari[f.name]}"
@@ -66,6 +88,14 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_overrides(args: argparse.Namespace) -> dict:
-    """The Config fields the user gave on the command line."""
-    return {f.name: getattr(args, f.name) for f in fields() if getattr(args, f.name) is not None}
+    """The Config fields the user gave on the command line (``--env-kwargs`` pairs as a dict)."""
+    overrides = {f.name: getattr(args, f.name) for f in fields() if getattr(args, f.name) is not None}
+    for f in fields():
+        if f.type in (dict, "dict") and f.name in overrides:
+            pairs = overrides[f.name]
+            repeated = [key for index, (key, _) in enumerate(pairs) if key in dict(pairs[:index])]
+            if repeated:
+                raise UserError(f"--{f.name.replace('_', '-')} gives {repeated[0]} twice")
+            overrides[f.name] = dict(pairs)
+    return overrides
 

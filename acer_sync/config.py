@@ -19,7 +19,8 @@ def _f(default, help: str, **metadata):
 class Config:
     """Hyperparameters and run settings. Defaults are OpenAI Baselines' ``acer.learn()``."""
 
-    env: str = _f("PongNoFrameskip-v4", "gymnasium env id (Atari ids get DeepMind preprocessing)")
+    env: str = _f("PongNoFrameskip-v4", "gymnasium env id, or module:EnvId to import the module that registers it first (Atari ids get DeepMind preprocessing)")
+    env_kwargs: dict = field(default_factory=dict, metadata={"help": "keyword arguments for gym.make, in every env of the run: KEY=VALUE pairs, each value read as YAML (a number, true/false or a string); a config file gives a mapping"})
     seed: int = _f(0, "seed for the envs, torch, and replay sampling")
     total_timesteps: int = _f(10_000_000, "agent steps to train for (frames = 4x steps on Atari)")
     num_envs: int = _f(16, "number of parallel envs N")
@@ -125,9 +126,16 @@ def fields() -> tuple[dataclasses.Field, ...]:
     return dataclasses.fields(Config)
 
 
-def build_config(atari: bool, overrides: dict, continuous: bool = False) -> Config:
-    """The preset for this kind of env, with the user's ``overrides`` (non-None values) on top."""
+def field_default(f: dataclasses.Field):
+    """A Config field's default value (a new one for fields with a default factory, such as env_kwargs)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:
+    """The preset for this kind of env, then the env's own tuned settings (``configs/envs/``),
+    then the user's ``overrides`` (non-None values) on top."""
     values = dict(PRESETS[preset_name(atari, continuous)])
+    values.update(env_settings or {})
     values.update({k: v for k, v in overrides.items() if v is not None})
     return Config(**values)
 
@@ -148,6 +156,10 @@ def validate(config: Config) -> list[str]:
         value = getattr(config, f.name)
         if isinstance(value, float) and math.isnan(value):
             problems.append(f"--{f.name.replace('_', '-')} is NaN")
+    need(
+        isinstance(config.env_kwargs, dict) and all(isinstance(key, str) for key in config.env_kwargs),
+        "--env-kwargs must map names to values, such as --env-kwargs max_episode_steps=200",
+    )
     need(config.total_timesteps >= 1, "--total-timesteps must be >= 1")
     need(config.num_envs >= 1, "--num-envs must be >= 1")
     need(config.nsteps >= 1, "--nsteps must be >= 1")

@@ -1,8 +1,9 @@
 """Config files: a YAML mapping of Config settings, by their field names.
 
 ``train.py --config FILE.yaml`` reads one, and a sweep's ``settings`` use the same keys and the
-same checks (:func:`check_setting`). A flag overrides the file; the file overrides the preset.
-Every mistake is a one-line :class:`UserError` naming the file and the key.
+same checks (:func:`check_setting`). ``configs/envs/<EnvId>.yaml`` holds an env's tuned settings,
+applied automatically (:func:`load_env_settings`). Precedence: preset < env file < ``--config``
+< flags. Every mistake is a one-line :class:`UserError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -15,9 +16,17 @@ import yaml
 from acer_sync.config import fields
 from acer_sync.errors import UserError
 
+#: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters.
+ENV_SETTINGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "envs"
+
 #: The YAML type each kind of Config field accepts (a float field also takes an integer).
-ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
-TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,)}
+TYPE_NAMES = {
+    "int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+    "dict": "a mapping of names to values, such as {max_episode_steps: 200}",
+}
+#: What a value in ``env_kwargs`` may hold: what config.json and the checkpoints can store.
+PLAIN_VALUES = (type(None), bool, int, float, str)
 
 
 def field_types() -> dict[str, str]:
@@ -38,10 +47,31 @@ def check_setting(name: str, value, source: str):
         value = float(value)
         if math.isnan(value) or (math.isinf(value) and name != "c"):
             raise UserError(f"{source}: {name} must be a finite number, got {value!r}")
+    if kind == "dict":
+        return check_env_kwargs(value, f"{source}: {name}")
     choices = next(f.metadata.get("choices") for f in fields() if f.name == name)
     if choices and value not in choices:
         raise UserError(f"{source}: {name} must be one of {', '.join(c for c in choices if c)}, got {value!r}")
     return value
+
+
+def check_env_kwargs(value: dict, source: str) -> dict:
+    """``value`` as keyword arguments for ``gym.make``: names to numbers, booleans, strings, null,
+    or lists and mappings of these; a UserError naming ``source`` otherwise."""
+
+    def plain(item) -> bool:
+        if isinstance(item, list):
+            return all(map(plain, item))
+        if isinstance(item, dict):
+            return all(isinstance(key, str) and plain(inner) for key, inner in item.items())
+        return isinstance(item, PLAIN_VALUES)
+
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise UserError(f"{source}: {key!r} is not a keyword argument name")
+        if not plain(item):
+            raise UserError(f"{source}: {key} must be a number, true/false, a string, or a list or mapping of these, got {item!r}")
+    return dict(value)
 
 
 def read_yaml_mapping(path: Path) -> dict:
@@ -69,3 +99,31 @@ def read_yaml_mapping(path: Path) -> dict:
 def load_config_file(path: Path) -> dict:
     """The settings of a ``--config`` file, checked: ``{field name: value}``."""
     return {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
+
+
+def env_settings_file(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> Path:
+    """Where the tuned settings of ``env_id`` live: ``configs/envs/<EnvId>.yaml``, the id without
+    its ``module:`` part (``ALE/Pong-v5`` is ``configs/envs/ALE/Pong-v5.yaml``)."""
+    return directory / f"{env_id.rpartition(':')[2]}.yaml"
+
+
+def load_env_settings(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> tuple[Path | None, dict]:
+    """The env's tuned settings file and its checked settings; ``(None, {})`` when it has none.
+
+    They go between the preset and the user's settings (``--config``, flags, a sweep's settings)."""
+    path = env_settings_file(env_id, directory)
+    if not path.is_file():
+        return None, {}
+    settings = load_config_file(path)
+    if "env" in settings:
+        raise UserError(f"{path}: sets env, which the file's name already gives")
+    return path, settings
+
+
+def env_settings_line(env_id: str, path: Path, settings: dict, overrides: dict) -> str:
+    """One line saying which of the env file's settings a run takes, and which the user overrode."""
+    applied = [f"{name}={value}" for name, value in settings.items() if overrides.get(name) is None]
+    overridden = [name for name in settings if overrides.get(name) is not None]
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    line = f"tuned settings for {env_id} from {shown}: {', '.join(applied) or 'none applied'}"
+    return line + (f" (overridden by your settings: {', '.join(overridden)})" if overridden else "")

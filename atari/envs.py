@@ -13,16 +13,21 @@ and such a step must never be trained on.)
 
 Atari preprocessing is the DeepMind one: up to 30 no-ops at reset, 4-frame skip with a max-pool
 over the last two frames, FIRE at reset where the game needs it, 84×84 grayscale.
+
+Any other env id, or a user's ``module:EnvId`` (the module is imported first, which registers
+it), is made with the run's ``env_kwargs``, and its observations become frames too: a vector
+(flattened, one-hot where discrete) or a 2-D uint8 image (:func:`adapt_observations`).
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import signal
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +42,19 @@ ATARI_FRAME = (84, 84)
 ATARI_STACK = 4
 NOOP_MAX = 30
 FRAME_SKIP = 4
+#: The smallest image side the Nature CNN accepts: its 8/4, 4/2 and 3/1 convolutions need
+#: 36 → 8 → 3 → 1 pixels.
+MIN_IMAGE_SIDE = 36
+#: Env kwargs that this module sets itself: play.py's rendering, and the Atari preprocessing.
+RESERVED_KWARGS = ("render_mode",)
+ATARI_RESERVED_KWARGS = ("frameskip", "obs_type")
+#: The env kwargs that ale-py's vector env takes (the ``ale`` backend).
+ALE_VECTOR_KWARGS = ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
+SUPPORTED_OBSERVATIONS = (
+    "Box, Discrete, MultiDiscrete, MultiBinary, and Tuple and Dict of these (flattened into one vector, "
+    f"one-hot for the discrete ones), and uint8 images (H, W), (H, W, C) or (C, H, W) of at least "
+    f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}"
+)
 
 
 class EnvWorkerDied(RuntimeError):
@@ -69,6 +87,8 @@ class EnvInfo:
     #: The Box's bounds, ``d`` numbers each (continuous only).
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    #: Keyword arguments for ``gym.make``, in every env built from this info (``--env-kwargs``).
+    env_kwargs: dict = field(default_factory=dict)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -77,33 +97,70 @@ class EnvInfo:
 
     @property
     def arch(self) -> str:
-        return "cnn" if self.atari else "mlp"
+        """``cnn`` for frames (Atari, and images: 2-D frames), ``mlp`` for vectors."""
+        return "cnn" if len(self.frame_shape) == 2 else "mlp"
+
+
+def import_env_module(module: str, env_id: str) -> None:
+    """Import the module named before the colon of ``module:EnvId``, which registers its envs
+    (gymnasium's own syntax: ``gym.make`` does this, ``gym.spec`` does not)."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module and not module.startswith(f"{error.name}."):
+            raise UserError(f"importing {module!r} for env {env_id!r} failed: {error}") from None
+        raise UserError(
+            f"cannot import module {module!r} for env {env_id!r}: no such module; install it or put its "
+            "folder on PYTHONPATH"
+        ) from None
+    except Exception as error:  # the user's module may fail in any way; say how, in one line
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UserError(f"importing {module!r} for env {env_id!r} failed: {type(error).__name__}: {first_line}") from None
 
 
 def resolve_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The registered spec of ``env_id``, or a one-line :class:`UserError` with close matches."""
+    """The registered spec of ``env_id`` (``EnvId`` or ``module:EnvId``), or a one-line
+    :class:`UserError` with close matches."""
     _register_ale()
+    module, _, name = env_id.rpartition(":")
+    if module:
+        import_env_module(module, env_id)
     try:
-        return gym.spec(env_id)
+        return gym.spec(name)
     except gym.error.Error:
-        close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(name, list(gym.registry.keys()), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UserError(f"unknown env id {env_id!r}{hint}") from None
+        where = f" (module {module!r} was imported and registers no such env)" if module else ""
+        raise UserError(f"unknown env id {name!r}{where}{hint}") from None
 
 
 def is_atari(env_id: str) -> bool:
     return resolve_spec(env_id).entry_point == ATARI_ENTRY_POINT
 
 
-def env_info(env_id: str) -> EnvInfo:
-    """Inspect ``env_id`` once (builds and closes one env) and check that ACER can run it."""
+def kwargs_text(env_kwargs: dict) -> str:
+    """``--env-kwargs`` as typed: ``KEY=VALUE`` pairs."""
+    return " ".join(f"{key}={value}" for key, value in env_kwargs.items())
+
+
+def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
+    """Inspect ``env_id``, made with ``env_kwargs``, once (builds and closes one env) and check
+    that ACER can run it."""
+    env_kwargs = dict(env_kwargs or {})
     spec = resolve_spec(env_id)
     atari = spec.entry_point == ATARI_ENTRY_POINT
+    reserved = [key for key in env_kwargs if key in RESERVED_KWARGS + (ATARI_RESERVED_KWARGS if atari else ())]
+    if reserved:
+        raise UserError(
+            f"--env-kwargs {reserved[0]} is acer_sync's to set for {env_id} (render_mode by play.py, "
+            "frameskip and obs_type by the Atari preprocessing)"
+        )
     try:
-        env = gym.make(env_id)
-    except (gym.error.Error, ImportError) as error:
+        env = gym.make(spec, **env_kwargs) if atari else make_gym_env(env_id, env_kwargs=env_kwargs)
+    except (gym.error.Error, ImportError, TypeError, ValueError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"cannot build {env_id}: {first_line}") from None
+        made_with = f" with --env-kwargs {kwargs_text(env_kwargs)}" if env_kwargs else ""
+        raise UserError(f"cannot build {env_id}{made_with}: {first_line}") from None
     try:
         action_space = env.action_space
         observation_space = env.observation_space
@@ -125,20 +182,84 @@ def env_info(env_id: str) -> EnvInfo:
     if atari:
         return EnvInfo(
             env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n),
-            life_loss_actions=baselines_life_loss_actions(action_meanings),
+            life_loss_actions=baselines_life_loss_actions(action_meanings), env_kwargs=env_kwargs,
         )
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        raise UserError(
-            f"{env_id} has observation space {observation_space}; acer_sync supports Atari frames "
-            "and flat vector observations"
-        )
+    # make_gym_env has turned the observations into frames: a vector, or a 2-D uint8 image.
+    frame_shape = tuple(observation_space.shape)
+    image = len(frame_shape) == 2
+    if image and continuous:
+        raise UserError(f"{env_id} has image observations and Box actions; acer_sync takes images with Discrete actions only")
+    frame_dtype = np.dtype(np.uint8 if image else np.float32)
     if continuous:
         return EnvInfo(
-            env_id, False, tuple(observation_space.shape), np.dtype(np.float32), 1, int(action_space.shape[0]),
+            env_id, False, frame_shape, frame_dtype, 1, int(action_space.shape[0]),
             continuous=True, action_low=tuple(float(x) for x in action_space.low),
-            action_high=tuple(float(x) for x in action_space.high),
+            action_high=tuple(float(x) for x in action_space.high), env_kwargs=env_kwargs,
         )
-    return EnvInfo(env_id, False, tuple(observation_space.shape), np.dtype(np.float32), 1, int(action_space.n))
+    return EnvInfo(env_id, False, frame_shape, frame_dtype, 1, int(action_space.n), env_kwargs=env_kwargs)
+
+
+def image_layout(space: gym.Space) -> str | None:
+    """How a uint8 Box of rank 2 or 3 holds an image: ``"hw"`` (one channel), ``"hwc"``
+    (channels last, gymnasium's layout for RGB frames) or, when the first axis is shorter than the
+    last, ``"chw"`` (channels first); None for any other space."""
+    if not isinstance(space, gym.spaces.Box) or space.dtype != np.uint8 or len(space.shape) not in (2, 3):
+        return None
+    if len(space.shape) == 2:
+        return "hw"
+    return "chw" if space.shape[0] < space.shape[-1] else "hwc"
+
+
+def unsupported_part(space: gym.Space) -> gym.Space | None:
+    """The first part of ``space`` that cannot be flattened into a vector of numbers, or None."""
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return None
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        parts = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return next((bad for bad in map(unsupported_part, parts) if bad is not None), None)
+    return space
+
+
+def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
+    """``env`` with observations the trainer stores as frames: a flat Box as it is; an image as one
+    2-D uint8 frame for the CNN; any other supported space flattened to a vector, one-hot for the
+    discrete parts (``gymnasium.wrappers.FlattenObservation``). A one-line UserError otherwise.
+
+    A C-channel image becomes one (C·H)×W frame, its channel planes one below the other: the
+    trainer feeds the network ``[B, stack, *frame_shape]``, and the CNN convolves ``[B, stack,
+    H, W]``, so a channel axis of its own would not reach it.
+    """
+    space = env.observation_space
+    layout = image_layout(space)
+    if layout is not None:
+        if layout == "hw":
+            height, width, channels = *space.shape, 1
+        elif layout == "hwc":
+            height, width, channels = space.shape
+        else:
+            channels, height, width = space.shape
+        if min(height, width) < MIN_IMAGE_SIDE:
+            raise UserError(
+                f"{env_id} has {height}x{width} images; the CNN takes images of at least "
+                f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (register the env wrapped in "
+                "gymnasium.wrappers.FlattenObservation to train the MLP on it instead)"
+            )
+        if layout == "hw":
+            return env
+
+        def planes(obs: np.ndarray) -> np.ndarray:
+            channels_first = obs if layout == "chw" else np.moveaxis(obs, -1, 0)
+            return np.ascontiguousarray(channels_first).reshape(channels * height, width)
+
+        frame = gym.spaces.Box(0, 255, (channels * height, width), np.uint8)
+        return gym.wrappers.TransformObservation(env, planes, frame)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return env
+    bad = unsupported_part(space)
+    if bad is not None:
+        inside = f" (its {type(bad).__name__} part)" if bad is not space else ""
+        raise UserError(f"{env_id} has observation space {space}{inside}; acer_sync supports {SUPPORTED_OBSERVATIONS}")
+    return gym.wrappers.FlattenObservation(env)
 
 
 def baselines_life_loss_actions(action_meanings: list[str]) -> tuple[int, ...]:
@@ -164,13 +285,18 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
-def make_gym_env(env_id: str, render_mode: str | None = None, noop_max: int = NOOP_MAX) -> gym.Env:
-    """One gymnasium env with this project's preprocessing (Atari) or none (anything else)."""
+def make_gym_env(
+    env_id: str, render_mode: str | None = None, noop_max: int = NOOP_MAX, env_kwargs: dict | None = None,
+) -> gym.Env:
+    """One gymnasium env, made with ``env_kwargs``, with this project's preprocessing (Atari) or
+    its observations turned into frames (anything else, :func:`adapt_observations`)."""
     spec = resolve_spec(env_id)
-    render = {"render_mode": render_mode} if render_mode is not None else {}
+    kwargs = dict(env_kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     if spec.entry_point != ATARI_ENTRY_POINT:
-        return gym.make(env_id, **render)
-    env = gym.make(env_id, frameskip=1, **render)
+        return adapt_observations(gym.make(spec, **kwargs), env_id)
+    env = gym.make(spec, frameskip=1, **kwargs)
     if "FIRE" in env.unwrapped.get_action_meanings():
         # Inside the frame skip, so FIRE is one emulator frame, as in ale-py's vector env.
         env = FireReset(env)
@@ -225,7 +351,13 @@ class VecEnv:
                 raise UserError(f"--vec-env ale runs Atari games only; use subproc or sync for {info.env_id}")
             from ale_py.vector_env import AtariVectorEnv
 
-            kwargs = resolve_spec(info.env_id).kwargs
+            unsupported = [key for key in info.env_kwargs if key not in ALE_VECTOR_KWARGS]
+            if unsupported:
+                raise UserError(
+                    f"--vec-env ale takes the env kwargs {', '.join(ALE_VECTOR_KWARGS)} only, not "
+                    f"{unsupported[0]}; use --vec-env subproc for it"
+                )
+            kwargs = {**resolve_spec(info.env_id).kwargs, **info.env_kwargs}
             self.env = AtariVectorEnv(
                 kwargs["game"],
                 num_envs,
@@ -245,7 +377,7 @@ class VecEnv:
             )
         elif backend in ("subproc", "sync"):
             same_step = gym.vector.AutoresetMode.SAME_STEP
-            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max)] * num_envs
+            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max, info.env_kwargs)] * num_envs
             if backend == "subproc":
                 self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
             else:

@@ -11,22 +11,25 @@
     trial: {cpus: 1, gpus: 0}  # resources of one trial; gpus may be a fraction
     failures: 3                # restarts of a trial whose process dies (optional)
 
-Trials are every env x seed x grid point. Each trial's Config is its env's preset with the
-settings on top (as ``train.py --config``), its ``threads`` set to the trial's CPUs, and it is
-checked as ``train.py`` checks its flags. Every mistake is a one-line :class:`UserError`.
+Trials are every env x seed x grid point. Each trial's Config is its env's preset, then its env's
+tuned settings (``configs/envs/<EnvId>.yaml``), then the settings on top (as ``train.py
+--config``), its ``threads`` set to the trial's CPUs, and it is checked as ``train.py`` checks its
+flags. ``envs`` take ``module:EnvId`` ids, and ``settings.env_kwargs`` a mapping. Every mistake is a
+one-line :class:`UserError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.config import Config, build_config, validate
-from acer_sync.config_file import check_setting, read_yaml_mapping
+from acer_sync.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.errors import UserError
 from atari.envs import env_info
 
@@ -69,8 +72,12 @@ def is_number(value) -> bool:
 
 
 def value_text(value) -> str:
-    """A setting's value as it appears in a trial name: ``1``, ``0.5``, ``True``, ``64-64``."""
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+    """A setting's value as it appears in a trial name: ``1``, ``0.5``, ``True``, ``64-64``,
+    ``size-5`` (env kwargs ``{size: 5}``)."""
+    if isinstance(value, dict):
+        text = "-".join(f"{key}-{value_text(item)}" for key, item in value.items())
+    else:
+        text = f"{value:g}" if isinstance(value, float) else str(value)
     return re.sub(r"[^A-Za-z0-9.+-]", "-", text)
 
 
@@ -139,7 +146,16 @@ def load_sweep(path: Path) -> Sweep:
     failures = payload.get("failures", DEFAULT_FAILURES)
     if not is_int(failures) or failures < 0:
         raise UserError(f"{source}: failures must be a whole number >= 0, got {failures!r}")
-    infos = {env: env_info(env) for env in envs}  # unknown env ids fail here, with close matches
+    env_files = {env: load_env_settings(env) for env in envs}
+    infos = {}
+
+    def info_of(env: str, env_kwargs: dict):
+        """The env as the trial makes it (its kwargs may change its spaces); unknown env ids and
+        kwargs it does not take fail here, in one line."""
+        key = (env, json.dumps(env_kwargs, sort_keys=True))
+        if key not in infos:
+            infos[key] = env_info(env, env_kwargs)
+        return infos[key]
     if gpus == 0 and "cuda" in axes.get("device", []):
         raise UserError(f"{source}: settings.device is cuda but trial.gpus is 0; give each trial a share of a GPU")
 
@@ -147,10 +163,13 @@ def load_sweep(path: Path) -> Sweep:
     trials = []
     for env, seed, point in itertools.product(envs, seeds, itertools.product(*axes.values())):
         settings = dict(zip(axes, point))
-        name_parts = [env.replace("/", "-"), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
+        name_parts = [re.sub("[/:]", "-", env), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
         trial_name = "_".join(name_parts)
+        env_settings = env_files[env][1]
+        info = info_of(env, settings.get("env_kwargs", env_settings.get("env_kwargs", {})))
         config = build_config(
-            infos[env].atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=infos[env].continuous
+            info.atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=info.continuous,
+            env_settings=env_settings,
         )
         problems = validate(config)
         if problems:

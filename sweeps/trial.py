@@ -97,7 +97,7 @@ def run_trial(tune_config: dict) -> None:
         config = resumed_config(config, payload)
     reporter = TuneReporter()
     trainer = Trainer(
-        config, env_info(config.env), run_dir, resume=payload, progress_bar=False,
+        config, env_info(config.env, config.env_kwargs), run_dir, resume=payload, progress_bar=False,
         on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint,
     )
     exit_code = trainer.train()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from acer_sync.config import Config, build_config
-from acer_sync.config_file import load_config_file
+from acer_sync.config_file import load_config_file, load_env_settings
 from acer_sync.errors import UserError
 from sweeps.spec import load_sweep
 from helpers import ROOT, one_line_error, read_progress
@@ -266,10 +266,13 @@ def test_shipped_preset_files_hold_the_presets():
 
 
 def test_sweep_trials_take_the_preset_of_their_env_kind(tmp_path):
+    """Then the env's tuned settings (configs/envs/Pendulum-v1.yaml), as train.py applies them."""
     sweep = load_sweep(write(tmp_path, "name: s\nenvs: [CartPole-v1, Pendulum-v1]\nseeds: [0]\n"))
     cartpole, pendulum = (trial.config for trial in sweep.trials)
     assert cartpole == build_config(False, dict(env="CartPole-v1", seed=0, threads=1))
-    assert pendulum == build_config(False, dict(env="Pendulum-v1", seed=0, threads=1), continuous=True)
+    assert pendulum == build_config(
+        False, dict(env="Pendulum-v1", seed=0, threads=1), continuous=True, env_settings=load_env_settings("Pendulum-v1")[1]
+    )
     assert pendulum.normalize_obs and not cartpole.normalize_obs
 
 

@@ -1,0 +1,484 @@
+"""Users' own envs: ``--env module:EnvId``, ``--env-kwargs``, observation spaces beyond a flat Box,
+and the tuned settings of ``configs/envs/``.
+
+The envs live in a module this file writes (:data:`ENV_MODULE`), as a user's would: importing it
+registers them, and nothing else does.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from acer_sync.checkpoint import load_checkpoint, save_checkpoint
+from acer_sync.config import Config, build_config
+from acer_sync.config_file import check_setting, load_env_settings
+from acer_sync.errors import UserError
+from acer_sync.networks import ActorCritic
+from atari.envs import MIN_IMAGE_SIDE, VecEnv, env_info
+from helpers import ROOT, one_line_error
+from sweeps.spec import load_sweep
+
+MODULE = "acer_test_own_envs"
+USER_ENV = f"{MODULE}:Corridor-v0"
+
+ENV_MODULE = '''
+"""A corridor of ``length`` cells: action 1 steps right, 0 left; reaching the last cell pays 1 and
+ends the episode. ``kind`` chooses the observation space the cell is shown through."""
+
+import gymnasium as gym
+import numpy as np
+
+SPACES = {
+    "discrete": lambda length: gym.spaces.Discrete(length),
+    "multidiscrete": lambda length: gym.spaces.MultiDiscrete([length, 2]),
+    "tuple": lambda length: gym.spaces.Tuple((gym.spaces.Discrete(length), gym.spaces.Box(-1, 1, (1,), np.float32))),
+    "dict": lambda length: gym.spaces.Dict({"cell": gym.spaces.Discrete(length), "parity": gym.spaces.MultiBinary(1)}),
+    "hwc": lambda length: gym.spaces.Box(0, 255, (40, 36, 3), np.uint8),
+    "chw": lambda length: gym.spaces.Box(0, 255, (2, 36, 40), np.uint8),
+    "gray": lambda length: gym.spaces.Box(0, 255, (36, 38), np.uint8),
+    "small": lambda length: gym.spaces.Box(0, 255, (35, 36, 3), np.uint8),
+    "text": lambda length: gym.spaces.Text(5),
+    "sequence": lambda length: gym.spaces.Dict({"cells": gym.spaces.Sequence(gym.spaces.Discrete(length))}),
+}
+
+
+class Corridor(gym.Env):
+    def __init__(self, length=5, kind="discrete", continuous=False):
+        self.length, self.kind, self.continuous = length, kind, continuous
+        self.observation_space = SPACES[kind](length)
+        self.action_space = gym.spaces.Box(-1, 1, (1,), np.float32) if continuous else gym.spaces.Discrete(2)
+        self.cell = 0
+
+    def observation(self):
+        cell = self.cell
+        if self.kind in ("hwc", "chw", "gray"):
+            # channel c holds 10 c + cell everywhere, so a test can see where each channel went
+            image = np.zeros(self.observation_space.shape, np.uint8)
+            if self.kind == "hwc":
+                image[:] = 10 * np.arange(3, dtype=np.uint8) + cell
+            elif self.kind == "chw":
+                image[:] = (10 * np.arange(2, dtype=np.uint8) + cell)[:, None, None]
+            else:
+                image[:] = cell
+            return image
+        return {
+            "discrete": cell,
+            "multidiscrete": np.array([cell, cell % 2]),
+            "tuple": (cell, np.array([cell / self.length], np.float32)),
+            "dict": {"cell": cell, "parity": np.array([cell % 2], np.int8)},
+            "small": np.zeros((35, 36, 3), np.uint8),
+            "text": "a",
+            "sequence": {"cells": (cell,)},
+        }[self.kind]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell = 0
+        return self.observation(), {}
+
+    def step(self, action):
+        right = float(np.asarray(action).reshape(-1)[0]) > 0 if self.continuous else int(action) == 1
+        self.cell = min(self.cell + 1, self.length - 1) if right else max(self.cell - 1, 0)
+        done = self.cell == self.length - 1
+        return self.observation(), float(done), done, False, {}
+
+
+gym.register("Corridor-v0", entry_point=Corridor, max_episode_steps=50)
+'''
+
+SMALL_RUN = [
+    "--num-envs", "2", "--nsteps", "5", "--buffer-size", "100", "--replay-start", "20", "--log-interval", "5",
+    "--eval-every", "0", "--checkpoint-every", "100", "--device", "cpu", "--threads", "1", "--no-progress",
+]
+
+
+@pytest.fixture(scope="module")
+def module_dir(tmp_path_factory) -> Path:
+    """A folder holding the user's env module, on sys.path here and on PYTHONPATH for subprocesses."""
+    folder = tmp_path_factory.mktemp("user_envs")
+    (folder / f"{MODULE}.py").write_text(ENV_MODULE)
+    (folder / "acer_test_broken_envs.py").write_text("raise RuntimeError('the module is broken')\n")
+    (folder / "acer_test_fresh_envs.py").write_text(
+        f"import gymnasium as gym\ngym.register('AcerTestFresh-v0', entry_point='{MODULE}:Corridor')\n"
+    )
+    sys.path.insert(0, str(folder))
+    yield folder
+    sys.path.remove(str(folder))
+
+
+def run(module_dir: Path, script: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(module_dir), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *map(str, args)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=environment,
+    )
+
+
+# --- module:EnvId ------------------------------------------------------------------------------
+
+
+def test_module_env_id_imports_the_module_that_registers_the_env(module_dir):
+    assert "acer_test_fresh_envs" not in sys.modules
+    with pytest.raises(gym.error.Error):
+        gym.spec("AcerTestFresh-v0")  # not registered until the module is imported
+    info = env_info("acer_test_fresh_envs:AcerTestFresh-v0")
+    assert info.env_id == "acer_test_fresh_envs:AcerTestFresh-v0" and info.n_actions == 2 and not info.atari
+
+
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        ("acer_test_no_such_module:Corridor-v0", "cannot import module 'acer_test_no_such_module' for env "
+         "'acer_test_no_such_module:Corridor-v0': no such module; install it or put its folder on PYTHONPATH"),
+        ("acer_test_broken_envs:Corridor-v0", "importing 'acer_test_broken_envs' for env "
+         "'acer_test_broken_envs:Corridor-v0' failed: RuntimeError: the module is broken"),
+        (f"{MODULE}:Corridorr-v0", f"unknown env id 'Corridorr-v0' (module '{MODULE}' was imported and registers "
+         "no such env); did you mean Corridor-v0?"),
+    ],
+)
+def test_module_env_id_mistakes_are_one_line_user_errors(module_dir, env_id, message):
+    with pytest.raises(UserError) as error:
+        env_info(env_id)
+    assert str(error.value) == message
+
+
+# --- env kwargs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_env_kwargs_reach_every_env_of_the_vector_env(module_dir, backend):
+    info = env_info(USER_ENV, {"length": 3})
+    assert info.env_kwargs == {"length": 3} and info.frame_shape == (3,)
+    env = VecEnv(info, 2, backend)
+    try:
+        env.reset(seed=0)
+        env.step(np.array([1, 0]))
+        frames, rewards, terminated, _, _ = env.step(np.array([1, 1]))
+    finally:
+        env.close()
+    # Two steps right end a corridor of 3 cells (5 with the env's default length).
+    np.testing.assert_array_equal(terminated, [True, False])
+    np.testing.assert_array_equal(env.final_frames[0], [0, 0, 1])  # one-hot: the last cell
+    np.testing.assert_array_equal(frames[1], [0, 1, 0])
+
+
+@pytest.mark.parametrize(
+    "env_id, env_kwargs, message",
+    [
+        (USER_ENV, {"width": 3}, "cannot build acer_test_own_envs:Corridor-v0 with --env-kwargs width=3: "),
+        (USER_ENV, {"render_mode": "human"}, "--env-kwargs render_mode is acer_sync's to set"),
+        ("PongNoFrameskip-v4", {"frameskip": 2}, "--env-kwargs frameskip is acer_sync's to set"),
+    ],
+)
+def test_env_kwargs_the_env_cannot_take_are_one_line_user_errors(module_dir, env_id, env_kwargs, message):
+    with pytest.raises(UserError) as error:
+        env_info(env_id, env_kwargs)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_ale_backend_takes_the_kwargs_of_its_vector_env_only():
+    env = VecEnv(env_info("PongNoFrameskip-v4", {"repeat_action_probability": 0.25}), 1, "ale")
+    env.close()
+    with pytest.raises(UserError, match="--vec-env ale takes the env kwargs .* only, not mode; use --vec-env subproc"):
+        VecEnv(env_info("PongNoFrameskip-v4", {"mode": 0}), 1, "ale")
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ({"length": 3, "kind": "discrete", "goal": [1, 2], "extra": {"a": None}}, None),
+        ("length=3", "env_kwargs must be a mapping of names to values"),
+        ({"not a name": 1}, "'not a name' is not a keyword argument name"),
+        ({"when": __import__("datetime").date(2020, 1, 1)}, "when must be a number, true/false, a string"),
+    ],
+)
+def test_config_files_take_env_kwargs_as_a_mapping(value, message):
+    if message is None:
+        assert check_setting("env_kwargs", value, "run.yaml") == value
+    else:
+        with pytest.raises(UserError, match=f"^run.yaml: .*{message}"):
+            check_setting("env_kwargs", value, "run.yaml")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env-kwargs", "length"], "argument --env-kwargs: expected KEY=VALUE, got 'length'"),
+        (["--env-kwargs", "length=3", "length=4"], "--env-kwargs gives length twice"),
+        (["--env-kwargs", "length=[3"], "argument --env-kwargs: length=[3: not a YAML value"),
+        (["--env-kwargs", "width=3"], "cannot build acer_test_own_envs:Corridor-v0 with --env-kwargs width=3"),
+        (["--env-kwargs", "kind=gray", "--normalize-obs"], "--normalize-obs is for vector observations; image frames"),
+    ],
+)
+def test_bad_env_kwargs_flags_are_one_line_errors(module_dir, tmp_path, capsys, args, message):
+    """In this process (train.main, as run_cli calls it): argparse's errors exit 2 with one line,
+    the others are UserErrors, which run_cli prints as one line."""
+    import train
+
+    with pytest.raises((SystemExit, UserError)) as error:
+        train.main(["--env", USER_ENV, *args, "--run-dir", str(tmp_path / "run")])
+    if isinstance(error.value, SystemExit):
+        assert error.value.code == 2
+        text = capsys.readouterr().err.strip()
+    else:
+        text = str(error.value)
+    assert message in text and "\n" not in text
+    assert not (tmp_path / "run").exists()
+
+
+# --- the whole loop from the command line --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def user_run(module_dir, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "corridor"
+    result = run(
+        module_dir, "train.py", "--env", USER_ENV, "--env-kwargs", "length=4", "kind=dict", "--vec-env", "subproc",
+        "--total-timesteps", "300", *SMALL_RUN, "--run-dir", run_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def test_a_user_env_trains_with_its_kwargs_saved_in_config_and_checkpoint(user_run):
+    config = json.loads((user_run / "config.json").read_text())["config"]
+    assert config["env"] == f"{MODULE}:Corridor-v0"
+    assert config["env_kwargs"] == {"length": 4, "kind": "dict"}
+    payload = load_checkpoint(user_run)
+    assert payload["env_id"] == f"{MODULE}:Corridor-v0"
+    assert payload["config"]["env_kwargs"] == {"length": 4, "kind": "dict"}
+    assert payload["model_spec"]["obs_shape"] == [1, 4 + 1]  # one-hot cell, and the parity bit
+
+
+def test_a_user_env_run_resumes_and_plays_in_a_fresh_process(module_dir, user_run, tmp_path):
+    resumed = run(module_dir, "train.py", "--resume", user_run, "--total-timesteps", "400")
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(user_run)["counters"]["timesteps"] == 400
+    played = run(module_dir, "play.py", user_run, "--episodes", "2")
+    assert played.returncode == 0, played.stderr
+    assert "mean score over 2 episodes" in played.stdout
+
+
+def test_resume_refuses_other_env_kwargs(module_dir, user_run):
+    line = one_line_error(run(module_dir, "train.py", "--resume", user_run, "--env-kwargs", "length=5"))
+    assert "--env-kwargs {'length': 5} (the run used {'length': 4, 'kind': 'dict'})" in line
+
+
+def test_checkpoints_from_before_env_kwargs_still_load(module_dir, user_run, tmp_path):
+    old_run = tmp_path / "old"
+    (old_run / "checkpoints").mkdir(parents=True)
+    payload = load_checkpoint(user_run)
+    del payload["config"]["env_kwargs"]
+    payload["config"]["env"] = payload["env_id"] = f"{MODULE}:Corridor-v0"
+    payload["model_spec"]["obs_shape"] = [1, 5]  # the env's defaults: 5 cells, Discrete
+    payload["model"] = ActorCritic((1, 5), 2, "mlp", (64, 64)).state_dict()
+    payload["average_model"] = payload["model"]
+    save_checkpoint(old_run / "checkpoints" / "latest.pt", payload)
+    assert Config(**payload["config"]).env_kwargs == {}
+    played = run(module_dir, "play.py", old_run, "--episodes", "1")
+    assert played.returncode == 0, played.stderr
+
+
+def test_an_image_env_trains_through_the_cnn(module_dir, tmp_path):
+    run_dir = tmp_path / "image"
+    result = run(
+        module_dir, "train.py", "--env", USER_ENV, "--env-kwargs", "kind=hwc", "--vec-env", "sync",
+        "--total-timesteps", "100", *SMALL_RUN, "--run-dir", run_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert load_checkpoint(run_dir)["model_spec"]["arch"] == "cnn"
+
+
+# --- observation spaces ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, first_frames",
+    [
+        ("discrete", [[1, 0, 0, 0], [0, 1, 0, 0]]),
+        ("multidiscrete", [[1, 0, 0, 0, 1, 0], [0, 1, 0, 0, 0, 1]]),  # cell one-hot, then parity one-hot
+        ("tuple", [[1, 0, 0, 0, 0.0], [0, 1, 0, 0, 0.25]]),
+        ("dict", [[1, 0, 0, 0, 0], [0, 1, 0, 0, 1]]),  # keys in sorted order: cell, parity
+    ],
+)
+def test_discrete_and_composite_observations_are_flattened_one_hot(module_dir, kind, first_frames):
+    info = env_info(USER_ENV, {"kind": kind, "length": 4})
+    assert info.arch == "mlp" and info.frame_shape == (len(first_frames[0]),) and info.frame_dtype == np.float32
+    env = VecEnv(info, 1, "sync")
+    try:
+        frames, _ = env.reset(seed=0)
+        next_frames, *_ = env.step(np.array([1]))
+    finally:
+        env.close()
+    np.testing.assert_allclose(np.concatenate([frames, next_frames]), first_frames)
+
+
+@pytest.mark.parametrize(
+    "kind, channels, height, width",
+    [("hwc", 3, 40, 36), ("chw", 2, 36, 40), ("gray", 1, 36, 38)],
+)
+def test_image_observations_go_through_the_cnn_as_channel_planes(module_dir, kind, channels, height, width):
+    info = env_info(USER_ENV, {"kind": kind})
+    assert info.arch == "cnn" and info.frame_shape == (channels * height, width) and info.frame_dtype == np.uint8
+    env = VecEnv(info, 2, "sync")
+    try:
+        env.reset(seed=0)
+        frames, *_ = env.step(np.array([1, 0]))
+    finally:
+        env.close()
+    for env_index, cell in enumerate([1, 0]):
+        for channel in range(channels):
+            plane = frames[env_index, channel * height:(channel + 1) * height]
+            assert (plane == 10 * channel + cell).all(), (kind, channel)
+    model = ActorCritic(info.obs_shape, info.n_actions, info.arch)
+    pi, q = model(torch.from_numpy(frames[:, None]))  # [B, stack, *frame_shape], as the Runner feeds it
+    assert pi.shape == q.shape == (2, 2)
+
+
+def test_the_smallest_image_side_is_the_smallest_the_cnn_takes():
+    ActorCritic((1, MIN_IMAGE_SIDE, MIN_IMAGE_SIDE), 2, "cnn")
+    with pytest.raises(RuntimeError):
+        ActorCritic((1, MIN_IMAGE_SIDE - 1, MIN_IMAGE_SIDE), 2, "cnn")
+
+
+@pytest.mark.parametrize(
+    "env_kwargs, message",
+    [
+        ({"kind": "small"}, "has 35x36 images; the CNN takes images of at least 36x36"),
+        ({"kind": "text"}, "has observation space Text(1, 5, charset="),
+        ({"kind": "sequence"}, "(its Sequence part); acer_sync supports Box, Discrete, MultiDiscrete, MultiBinary, and Tuple"),
+        ({"kind": "hwc", "continuous": True}, "has image observations and Box actions"),
+    ],
+)
+def test_unsupported_observations_are_one_line_user_errors(module_dir, env_kwargs, message):
+    with pytest.raises(UserError) as error:
+        env_info(USER_ENV, env_kwargs)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    if env_kwargs["kind"] in ("text", "sequence"):
+        assert "uint8 images (H, W), (H, W, C) or (C, H, W) of at least 36x36" in str(error.value)
+
+
+def test_a_missing_box2d_is_a_one_line_error_naming_the_extra(tmp_path):
+    try:
+        import Box2D  # noqa: F401
+        pytest.skip("Box2D is installed here")
+    except ImportError:
+        pass
+    result = subprocess.run([sys.executable, "train.py", "--env", "LunarLander-v3", "--run-dir", str(tmp_path / "run")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    line = one_line_error(result)
+    assert "Box2D is not installed" in line and 'pip install "gymnasium[box2d]"' in line
+
+
+# --- sweeps ------------------------------------------------------------------------------------
+
+
+def test_sweep_files_take_module_env_ids_and_env_kwargs(module_dir, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        f"name: own\nenvs: ['{MODULE}:Corridor-v0']\nseeds: [0]\n"
+        "settings:\n  env_kwargs: [{length: 3}, {length: 4, kind: dict}]\n  total_timesteps: 100\n"
+    )
+    trials = load_sweep(path).trials
+    assert [trial.name for trial in trials] == [
+        f"{MODULE}-Corridor-v0_seed0_env_kwargslength-3", f"{MODULE}-Corridor-v0_seed0_env_kwargslength-4-kind-dict",
+    ]
+    assert [trial.config.env_kwargs for trial in trials] == [{"length": 3}, {"length": 4, "kind": "dict"}]
+    assert all(trial.config.env == f"{MODULE}:Corridor-v0" for trial in trials)
+    path.write_text(f"name: own\nenvs: ['{MODULE}:Corridor-v0']\nseeds: [0]\nsettings:\n  env_kwargs: {{width: 3}}\n")
+    with pytest.raises(UserError, match="cannot build .* with --env-kwargs width=3"):
+        load_sweep(path)
+
+
+def test_the_preset_follows_the_env_as_its_kwargs_make_it(module_dir, tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"name: own\nenvs: ['{MODULE}:Corridor-v0']\nseeds: [0]\nsettings:\n  env_kwargs: [{{}}, {{continuous: true}}]\n")
+    discrete, continuous = (trial.config for trial in load_sweep(path).trials)
+    assert discrete == build_config(False, {"env": USER_ENV, "seed": 0, "threads": 1})
+    assert continuous == build_config(False, {"env": USER_ENV, "seed": 0, "threads": 1, "env_kwargs": {"continuous": True}},
+                                      continuous=True)
+
+
+# --- tuned settings per env (configs/envs/) ------------------------------------------------------
+
+
+def test_env_file_goes_between_the_preset_and_the_users_settings(tmp_path):
+    (tmp_path / "Pendulum-v1.yaml").write_text("gamma: 0.9\nnsteps: 7\nlr: 0.002\n")
+    path, env_settings = load_env_settings("Pendulum-v1", tmp_path)
+    assert path == tmp_path / "Pendulum-v1.yaml" and env_settings == {"gamma": 0.9, "nsteps": 7, "lr": 0.002}
+    preset = build_config(False, {}, continuous=True)
+    config = build_config(False, {"nsteps": 9}, continuous=True, env_settings=env_settings)
+    assert config.gamma == 0.9 and config.lr == 0.002  # the file beats the preset
+    assert config.nsteps == 9  # the user beats the file
+    assert config.buffer_size == preset.buffer_size  # the preset where neither speaks
+    assert load_env_settings("Acrobot-v1", tmp_path) == (None, {})
+    assert load_env_settings("gymnasium:Pendulum-v1", tmp_path)[1] == env_settings  # the module part is not the name
+
+
+def test_an_env_file_is_checked_as_a_config_file(tmp_path):
+    (tmp_path / "Pendulum-v1.yaml").write_text("gama: 0.9\n")
+    with pytest.raises(UserError, match="Pendulum-v1.yaml: unknown setting 'gama'"):
+        load_env_settings("Pendulum-v1", tmp_path)
+    (tmp_path / "Pendulum-v1.yaml").write_text("env: CartPole-v1\n")
+    with pytest.raises(UserError, match="Pendulum-v1.yaml: sets env, which the file's name already gives"):
+        load_env_settings("Pendulum-v1", tmp_path)
+
+
+def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path):
+    """Pendulum-v1's shipped file sets gamma 0.9, total_timesteps 100000, vec_env sync and threads 1."""
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("gamma: 0.95\ntotal_timesteps: 20\nnum_envs: 1\nnsteps: 5\neval_every: 0\n")
+    result = subprocess.run(
+        [sys.executable, "train.py", "--env", "Pendulum-v1", "--config", str(config_file), "--gamma", "0.8",
+         "--run-dir", str(tmp_path / "run"), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
+    assert config["vec_env"] == "sync" and config["threads"] == 1  # the file beats the preset
+    assert config["total_timesteps"] == 20  # --config beats the file
+    assert config["gamma"] == 0.8  # a flag beats --config and the file
+    assert config["lr"] == build_config(False, {}, continuous=True).lr  # the preset where none speaks
+    lines = [line for line in result.stdout.splitlines() if line.startswith("tuned settings")]
+    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync, threads=1 "
+                     "(overridden by your settings: gamma, total_timesteps)"], result.stdout
+
+
+def test_sweeps_apply_the_env_file_under_their_settings(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: s\nenvs: [Pendulum-v1]\nseeds: [0]\nsettings:\n  total_timesteps: 5000\ntrial: {cpus: 2}\n")
+    config = load_sweep(path).trials[0].config
+    assert config.gamma == 0.9 and config.vec_env == "sync"  # the file beats the preset
+    assert config.total_timesteps == 5000  # the sweep's settings beat the file
+    assert config.threads == 2  # the trial's CPUs, which the sweep sets over the file's 1
+
+
+def shipped_env_files() -> list[Path]:
+    return sorted((ROOT / "configs" / "envs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", shipped_env_files(), ids=lambda path: path.stem)
+def test_shipped_env_files_hold_only_what_their_reported_runs_used(path):
+    """Each setting of a shipped env file is what the README's reported runs of that env ran with
+    (docs/runs/<EnvId>*/config.json), and differs from the preset; threads may come from
+    OMP_NUM_THREADS=1, which the README's Continuous control runs all used."""
+    env_id = path.stem
+    _, settings = load_env_settings(env_id)
+    assert settings, path
+    info = env_info(env_id)
+    preset = build_config(info.atari, {}, continuous=info.continuous)
+    runs = sorted((ROOT / "docs" / "runs").glob(f"{env_id}*/config.json"))
+    for name, value in settings.items():
+        assert value != getattr(preset, name), (path, name)
+        if name == "threads" and value == 1:
+            continue
+        assert runs, f"{path}: no reported run in docs/runs to back {name}"
+        for run_config in runs:
+            assert json.loads(run_config.read_text())["config"][name] == value, (run_config, name)
