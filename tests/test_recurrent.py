@@ -203,3 +203,26 @@ def test_a_network_that_does_not_fit_the_observations_is_one_line(tmp_path, netw
                              "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
     assert f"--network {network} does not fit CartPole-v1" in one_line_error(result)
     assert not (tmp_path / "run").exists()
+
+
+def cue_recall_returns(network: str, tmp_path) -> list[float]:
+    import memory_env
+
+    rows = []
+    config = build_config(False, dict(
+        env=memory_env.ENV_ID, network=network, vec_env="sync", num_envs=4, nsteps=10, replay_ratio=8, lr=0.002,
+        total_timesteps=16_000, log_interval=25, eval_every=0, threads=1, seed=0,
+    ))
+    run_dir = tmp_path / network
+    run_dir.mkdir()
+    assert Trainer(config, env_info(memory_env.ENV_ID), run_dir, progress_bar=False, on_progress=rows.append).train() == 0
+    return [row["mean_episode_reward"] for row in rows]
+
+
+def test_an_lstm_solves_a_memory_task_that_a_feed_forward_policy_cannot(tmp_path):
+    # Cue recall (tests/memory_env.py): the cue is seen 4 steps before it must be named. Without
+    # memory the best policy earns 0.5; with it, 1. Measured: the LSTM's 100-episode mean passes
+    # 0.95 near 10k steps and stays at 1.0; the MLP's stays between 0.44 and 0.63.
+    lstm, mlp = cue_recall_returns("lstm", tmp_path), cue_recall_returns("mlp", tmp_path)
+    assert lstm[-1] >= 0.95, lstm
+    assert mlp[-1] <= 0.65, mlp
