@@ -13,8 +13,8 @@ from acer_sync.config import Config, build_config, validate
 from acer_sync.config_file import load_config_file
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer
-from acer_sync.run_metadata import write_config
 from acer_sync.networks import canonical_spec
+from acer_sync.run_metadata import write_config
 from atari.envs import env_info
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
-
 from gymnasium.vector.async_vector_env import _async_worker
 
 from user_errors import UserError

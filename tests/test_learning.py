@@ -8,7 +8,6 @@ from acer_sync.config import build_config
 from acer_sync.learn import Trainer
 from atari.envs import env_info
 
-
 WALL_CLOCK_COLUMNS = {"fps", "time_elapsed", "rss_mb", "eval_seconds"}
 
 

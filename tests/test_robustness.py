@@ -19,7 +19,6 @@ from atari.envs import env_info
 from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
 
 
-
 def cartpole_config(**overrides):
     values = dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, log_interval=5, eval_every=0)
     values.update(overrides)
