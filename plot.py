@@ -28,8 +28,8 @@ from acer_sync.scores import baselines_curve, game_name, human_normalized, publi
 
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
-    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "checkpoint_every",
-    "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
+    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "log_seconds",
+    "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
 )
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
 #: its default does (``reward_scale`` 1, no observation normalization, ...).

@@ -381,7 +381,7 @@ class Trainer:
             evaluation = self.evaluate()
             self.interval_start += time.perf_counter() - paused  # fps counts training only
             self.next_eval += cfg.eval_every
-        if evaluation or self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+        if evaluation or self._row_due():
             elapsed = time.perf_counter() - self.interval_start
             row = self._progress_row(self.sums, self.counts, self.interval_steps / max(elapsed, 1e-9), lr)
             row.update(evaluation)
@@ -394,6 +394,15 @@ class Trainer:
             # While updates are non-finite no checkpoint is written: the last good one stays.
             self.save(periodic=True)
             self.next_checkpoint += cfg.checkpoint_every
+
+    def _row_due(self) -> bool:
+        """Whether this iteration writes a progress row: every ``log_interval`` iterations, at the
+        end, and once ``log_seconds`` of wall time passed since the last row, so that a slow run's
+        first row comes after ``log_seconds``, not after ``log_interval`` iterations."""
+        cfg = self.config
+        if self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+            return True
+        return cfg.log_seconds > 0 and time.perf_counter() - self.interval_start >= cfg.log_seconds
 
     def _progress_row(self, sums: dict, counts: dict, fps: float, lr: float) -> dict:
         row: dict[str, float] = {
