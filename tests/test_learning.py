@@ -13,7 +13,8 @@ WALL_CLOCK_COLUMNS = {"fps", "time_elapsed", "rss_mb", "eval_seconds"}
 
 
 def train_cartpole(tmp_path, seed: int, **overrides) -> list[dict]:
-    config = build_config(False, dict(env="CartPole-v1", seed=seed, vec_env="sync", device="cpu", **overrides))
+    # Rows by iterations only (log_seconds 0): rows written by wall time would differ between two runs.
+    config = build_config(False, dict(env="CartPole-v1", seed=seed, vec_env="sync", device="cpu", log_seconds=0, **overrides))
     run_dir = tmp_path / f"cartpole_{seed}"
     run_dir.mkdir()
     Trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False).train()
