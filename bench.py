@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
-                     buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9,
+                     buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9, log_seconds=0,
                      checkpoint_every=10**12, total_timesteps=10**12)
     info = env_info(args.env)
     if info.continuous:

@@ -1,8 +1,10 @@
 """Plot learning curves: ``python plot.py RUN_DIR [RUN_DIR ...] --out curves.png --x frames --smooth 5``.
 
 Runs of one env whose configs differ only in ``seed``, ``total_timesteps`` or bookkeeping form a group,
-drawn as the seed mean with a min-max band, eval means as markers, one panel per env, and a dashed
-line at ACER's published score (:mod:`acer_sync.scores`). One summary line per group is printed.
+drawn as the seed mean with a min-max band, eval means as markers, one panel per env, a dashed
+line at ACER's published score and Baselines' curve where there is one (:mod:`acer_sync.scores`). The
+panel is framed by the runs: Baselines' curve is drawn only within their x range, and
+``--no-reference`` leaves both references out. One summary line per group is printed.
 
 Of several paths, those that are not run directories (no ``progress.csv``) are skipped, so
 ``plot.py runs/<sweep>/*`` passes over the sweep's ``summary.md`` and Ray Tune's own files.
@@ -26,8 +28,8 @@ from acer_sync.scores import baselines_curve, game_name, human_normalized, publi
 
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
-    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "checkpoint_every",
-    "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
+    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "log_seconds",
+    "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
 )
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
 #: its default does (``reward_scale`` 1, no observation normalization, ...).
@@ -75,6 +77,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG file to write (default: curves.png)")
     parser.add_argument("--x", choices=tuple(X_LABELS), default="steps", help="x axis (default: steps)")
     parser.add_argument("--smooth", type=int, default=1, metavar="N", help="trailing moving average over N logged points (default: 1, none)")
+    parser.add_argument("--no-reference", dest="reference", action="store_false",
+                        help="leave out the published ACER score and Baselines' curve (drawn by default, clipped to the runs' x range)")
     return parser.parse_args(argv)
 
 
@@ -250,8 +254,28 @@ def summary_line(group: Group, text: str) -> str:
     return f"{' '.join(filter(None, (group.env, text, seeds_text(group))))}: {', '.join(parts)}"
 
 
-def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Path) -> None:
-    """One panel per env: seed-mean curves with min-max bands, eval markers, the published ACER line."""
+def x_range(runs: list[Run], axis: str) -> tuple[float, float] | None:
+    """The smallest and largest x of any logged row of ``runs``, or None if none has a finite x."""
+    xs = np.concatenate([x_values(run, axis) for run in runs])
+    xs = xs[np.isfinite(xs)]
+    return (float(xs.min()), float(xs.max())) if xs.size else None
+
+
+def baselines_reference(env: str, axis: str, within: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Baselines' curve for ``env`` on ``axis``, only its points inside ``within`` (the runs' x range),
+    so that a short run is not drawn squeezed against a 10M-step reference; None if nothing is left."""
+    reference = baselines_curve(env)
+    if reference is None or axis == "hours" or within is None:
+        return None
+    scale = {"steps": 1, "frames": FRAMES_PER_ATARI_STEP, "updates": BASELINES_UPDATES_PER_STEP}[axis]
+    x, y = np.array(reference[0], dtype=float) * scale, np.array(reference[1], dtype=float)
+    inside = (x >= within[0]) & (x <= within[1])
+    return (x[inside], y[inside]) if inside.any() else None
+
+
+def build_figure(groups: list[Group], texts: list[str], axis: str, window: int, reference: bool = True):
+    """One panel per env: seed-mean curves with min-max bands, eval markers and, with ``reference``,
+    the published ACER line and Baselines' curve within the runs' x range."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,18 +300,25 @@ def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Pat
         if eval_y.size:
             panel.plot(eval_x, eval_y, "o", color=color, markersize=4, label=f"{label} eval")
     for env, panel in panels.items():
-        published = published_acer(env)
+        published = published_acer(env) if reference else None
         if published is not None:
             panel.axhline(published, color="gray", linestyle="--", linewidth=1, label=PUBLISHED_LABEL)
-        reference = baselines_curve(env)
-        if reference is not None and axis != "hours":
-            steps, returns = np.array(reference[0], dtype=float), reference[1]
-            scale = {"steps": 1, "frames": FRAMES_PER_ATARI_STEP, "updates": BASELINES_UPDATES_PER_STEP}[axis]
-            panel.plot(steps * scale, returns, "s--", color="black", markersize=3, linewidth=0.8, label=BASELINES_LABEL)
+        within = x_range([run for group in groups if group.env == env for run in group.runs], axis)
+        curve = baselines_reference(env, axis, within) if reference else None
+        if curve is not None:
+            panel.plot(*curve, "s--", color="black", markersize=3, linewidth=0.8, label=BASELINES_LABEL)
         panel.set(title=env, xlabel=X_LABELS[axis], ylabel="episode return (train: mean of last 100)")
         panel.grid(alpha=0.3)
         panel.legend(fontsize="small")
     figure.tight_layout()
+    return figure
+
+
+def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Path, reference: bool = True) -> None:
+    """Write :func:`build_figure`'s figure to ``out`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = build_figure(groups, texts, axis, window, reference)
     try:
         figure.savefig(out, format="png")
     except (OSError, ValueError) as error:
@@ -309,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{lacking[0].path}/progress.csv has no {column} column, so --x {args.x} cannot place it; use --x steps")
     groups = group_runs(runs)
     texts = [distinguishing_text(group, groups) for group in groups]
-    draw(groups, texts, args.x, args.smooth, args.out)
+    draw(groups, texts, args.x, args.smooth, args.out, args.reference)
     for group, text in zip(groups, texts):
         print(summary_line(group, text))
     print(f"wrote {args.out}")

@@ -60,6 +60,7 @@ class Config:
     policy_std: float = _f(0.3, "continuous actions: initial sigma of the Gaussian policy, as a fraction of the Box's half-width")
     sdn_samples: int = _f(5, "continuous actions: samples u_i ~ pi in the stochastic dueling network's baseline (n of eq. 13)")
     log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
+    log_seconds: float = _f(30.0, "also write a progress row once this many wall-clock seconds passed since the last one, so a slow run shows progress early (0: by --log-interval only)")
     checkpoint_every: int = _f(1_000_000, "agent steps between periodic checkpoints")
     keep_checkpoints: int = _f(5, "periodic checkpoints to keep besides latest.pt (older ones are deleted)")
     save_buffer: bool = _f(False, "also save the replay buffer with each checkpoint (checkpoints/buffer.npz), so a resume replays it")
@@ -184,6 +185,7 @@ def validate(config: Config) -> list[str]:
         f"--replay-start ({config.replay_start}) exceeds --buffer-size ({config.buffer_size}), so replay would never start",
     )
     need(config.log_interval >= 1, "--log-interval must be >= 1")
+    need(math.isfinite(config.log_seconds) and config.log_seconds >= 0, "--log-seconds must be finite and >= 0 (0: by --log-interval only)")
     need(config.checkpoint_every >= 1, "--checkpoint-every must be >= 1")
     need(config.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
     need(config.max_nonfinite >= 1, "--max-nonfinite must be >= 1")

@@ -20,12 +20,17 @@ from acer_sync.agent import ACER, UPDATE_STATS
 from acer_sync.buffer import Batch, Field, ReplayBuffer, buffer_fields, to_batch
 from acer_sync.checkpoint import LATEST, atomic_write, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
+from acer_sync.distributions import distribution_for
 from acer_sync.errors import EXIT_INTERRUPTED, UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
-from acer_sync.distributions import distribution_for
 from acer_sync.networks import (
-    RECURRENT_ARCHS, ActorCritic, GaussianActorCritic, Network, RecurrentActorCritic, RecurrentGaussianActorCritic,
+    RECURRENT_ARCHS,
+    ActorCritic,
+    GaussianActorCritic,
+    Network,
+    RecurrentActorCritic,
+    RecurrentGaussianActorCritic,
 )
 from acer_sync.profiling import PhaseTimer
 from acer_sync.rng_state import capture_rng, restore_rng
@@ -399,7 +404,7 @@ class Trainer:
             evaluation = self.evaluate()
             self.interval_start += time.perf_counter() - paused  # fps counts training only
             self.next_eval += cfg.eval_every
-        if evaluation or self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+        if evaluation or self._row_due():
             elapsed = time.perf_counter() - self.interval_start
             row = self._progress_row(self.sums, self.counts, self.interval_steps / max(elapsed, 1e-9), lr)
             row.update(evaluation)
@@ -434,6 +439,15 @@ class Trainer:
         use = torch.from_numpy(available).to(self.device).unsqueeze(-1)
         batch["state"] = tuple(torch.where(use, new, stored) for new, stored in zip(burned, batch.state))
         return batch
+
+    def _row_due(self) -> bool:
+        """Whether this iteration writes a progress row: every ``log_interval`` iterations, at the
+        end, and once ``log_seconds`` of wall time passed since the last row, so that a slow run's
+        first row comes after ``log_seconds``, not after ``log_interval`` iterations."""
+        cfg = self.config
+        if self.iterations % cfg.log_interval == 0 or self.timesteps >= cfg.total_timesteps:
+            return True
+        return cfg.log_seconds > 0 and time.perf_counter() - self.interval_start >= cfg.log_seconds
 
     def _progress_row(self, sums: dict, counts: dict, fps: float, lr: float) -> dict:
         row: dict[str, float] = {

@@ -36,10 +36,6 @@ class Logger:
             if name != "total_timesteps" and isinstance(value, (int, float)) and math.isfinite(value):
                 self.writer.add_scalar(name, value, step)
 
-    def flush(self) -> None:
-        self.csv_file.flush()
-        self.writer.flush()
-
     def close(self) -> None:
         self.csv_file.close()
         self.writer.close()

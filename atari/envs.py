@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
-
 from gymnasium.vector.async_vector_env import _async_worker
 
 from user_errors import UserError

@@ -25,7 +25,6 @@ from acer_sync.learn import EXIT_ENV_DIED, EXIT_NONFINITE, RESUMABLE_CHANGES, Tr
 from acer_sync.run_metadata import write_config
 from atari.envs import env_info
 
-
 EXIT_REASONS = {
     EXIT_ENV_DIED: "an env worker process died",
     EXIT_NONFINITE: "too many non-finite updates in a row",

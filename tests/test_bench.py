@@ -49,8 +49,18 @@ def test_bench_sweep_prints_json_with_both_ratios():
     )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
-    assert figures["training_ratio"] > 0 and figures["wall_ratio"] > 0
-    assert figures["runs"] == 2 and figures["cpus_per_trial"] == 1
+    assert figures["runs"] == 2 and figures["steps_per_run"] == 2000 and figures["cpus_per_trial"] == 1
+    steps = 2 * 2000
+    for way in ("sequential", "sweep"):
+        # The wall figure is both runs' steps over the wall time (rounded to 0.1 s in the JSON) ...
+        assert figures[f"{way}_wall_steps_per_sec"] == pytest.approx(steps / figures[f"{way}_wall_seconds"], rel=0.05)
+        # ... and the training time, from the runs' progress.csv, is a part of that wall time.
+        assert figures[f"{way}_training_steps_per_sec"] >= figures[f"{way}_wall_steps_per_sec"]
+    # Each ratio is the sweep's gain: sweep over one after the other in throughput, in wall time the reverse.
+    training = figures["sweep_training_steps_per_sec"] / figures["sequential_training_steps_per_sec"]
+    assert figures["training_ratio"] == pytest.approx(training, rel=0.01)
+    wall = figures["sequential_wall_seconds"] / figures["sweep_wall_seconds"]
+    assert figures["wall_ratio"] == pytest.approx(wall, rel=0.05)
 
 
 def test_bench_sweep_rejects_too_few_steps():

@@ -19,7 +19,7 @@ from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
 
 SMALL_PONG = [
     "--env", "PongNoFrameskip-v4", "--num-envs", "4", "--buffer-size", "400", "--replay-start", "100",
-    "--log-interval", "5", "--checkpoint-every", "1000", "--device", "cpu", "--no-progress",
+    "--log-interval", "5", "--log-seconds", "0", "--checkpoint-every", "1000", "--device", "cpu", "--no-progress",
 ]
 
 

@@ -1,10 +1,12 @@
 """Evaluation plays a fixed number of full games, with each env playing its share, and is logged."""
 
 import csv
+import time
 
 import numpy as np
 import torch
 
+import acer_sync.learn
 from acer_sync.config import build_config
 from acer_sync.evaluation import evaluate
 from acer_sync.learn import Trainer
@@ -48,7 +50,15 @@ def test_greedy_evaluation_is_deterministic_given_the_seed():
     assert runs[0] == runs[1]
 
 
-def test_training_logs_evaluations(tmp_path):
+EXTRA_EVAL_SECONDS = 0.3
+
+
+def test_training_logs_evaluations(tmp_path, monkeypatch):
+    def slower_evaluate(*args, **kwargs):
+        time.sleep(EXTRA_EVAL_SECONDS)  # so that eval_seconds has a lower bound on any machine
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(acer_sync.learn, "evaluate", slower_evaluate)
     config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", total_timesteps=4_000,
                                       eval_every=1_500, eval_episodes=4, log_interval=100))
     Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
@@ -57,7 +67,8 @@ def test_training_logs_evaluations(tmp_path):
     evaluated = [row for row in rows if int(row["eval_episodes"]) > 0]
     assert [int(row["total_timesteps"]) for row in evaluated] == [1600, 3040]  # the first iterations past 1500 and 3000
     assert all(int(row["eval_episodes"]) == 4 and float(row["eval_mean"]) > 0 for row in evaluated)
-    assert all(float(row["eval_seconds"]) >= 0 for row in evaluated)
+    # eval_seconds times the evaluation: at least its sleep, and a part of the run's wall time.
+    assert all(EXTRA_EVAL_SECONDS <= float(row["eval_seconds"]) <= float(row["time_elapsed"]) for row in evaluated)
     assert float(rows[-1]["time_elapsed"]) > 0
 
 

@@ -22,8 +22,8 @@ from acer_sync.config_file import check_setting, load_env_settings
 from acer_sync.errors import UserError
 from acer_sync.networks import ActorCritic
 from atari.envs import MIN_IMAGE_SIDE, VecEnv, env_info
-from helpers import ROOT, one_line_error
 from sweeps.spec import load_sweep
+from helpers import ROOT, one_line_error
 
 MODULE = "acer_test_own_envs"
 USER_ENV = f"{MODULE}:Corridor-v0"

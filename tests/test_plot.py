@@ -10,6 +10,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import matplotlib.image
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -156,6 +157,52 @@ def test_baselines_pong_curve_is_kept_with_its_source():
     assert baselines_curve("BreakoutNoFrameskip-v4") is None and baselines_curve("CartPole-v1") is None
     sources = json.loads((files("acer_sync") / "data" / "atari_scores.json").read_text())["sources"]
     assert "benchmarks_atari10M" in sources["baselines_curve"]
+
+
+def reference_lines(panel) -> dict[str, np.ndarray]:
+    """The x data of the reference lines drawn on ``panel``, by label."""
+    labels = (plot.PUBLISHED_LABEL, plot.BASELINES_LABEL)
+    return {line.get_label(): np.asarray(line.get_xdata(), dtype=float) for line in panel.lines if line.get_label() in labels}
+
+
+@pytest.mark.parametrize("axis, per_step", [("steps", 1), ("frames", 4)])
+def test_a_short_run_is_framed_by_its_own_range(tmp_path, axis, per_step):
+    """A 96k-step Pong run fills its panel: Baselines' curve (0.5M to 10M steps) has no point in
+    its range and is left out, so the x axis ends near 96k steps, not at 10M (40M frames)."""
+    groups = plot.group_runs([plot.load_run(write_run(tmp_path / "short", rows=3))])
+    figure = plot.build_figure(groups, [""], axis, 1)
+    try:
+        panel = figure.axes[0]
+        assert plot.BASELINES_LABEL not in reference_lines(panel)
+        assert plot.PUBLISHED_LABEL in reference_lines(panel)  # a horizontal line: it sets no x range
+        assert panel.get_xlim()[1] <= 1.1 * 3 * STEPS_PER_ROW * per_step
+    finally:
+        plt.close(figure)
+
+
+def test_baselines_curve_is_clipped_to_the_runs_x_range(tmp_path):
+    """Two seeds up to 960k steps: Baselines' points at 0.5M and 0.75M are drawn, none beyond."""
+    groups = plot.group_runs([plot.load_run(write_run(tmp_path / f"s{seed}", seed=seed)) for seed in (0, 1)])
+    figure = plot.build_figure(groups, [""], "steps", 1)
+    try:
+        panel = figure.axes[0]
+        np.testing.assert_array_equal(reference_lines(panel)[plot.BASELINES_LABEL], [500_000, 750_000])
+        assert panel.get_xlim()[1] <= 1.1 * 30 * STEPS_PER_ROW
+    finally:
+        plt.close(figure)
+
+
+def test_no_reference_leaves_out_the_published_score_and_baselines_curve(tmp_path):
+    run_dir = write_run(tmp_path / "pong", rows=30)
+    groups = plot.group_runs([plot.load_run(run_dir)])
+    figure = plot.build_figure(groups, [""], "steps", 1, reference=False)
+    try:
+        assert reference_lines(figure.axes[0]) == {}
+    finally:
+        plt.close(figure)
+    out = tmp_path / "c.png"
+    assert plot.main([str(run_dir), "--out", str(out), "--no-reference"]) == 0
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
 
 
 def test_hours_axis_without_time_elapsed_is_a_user_error(tmp_path):

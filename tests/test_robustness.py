@@ -19,7 +19,6 @@ from atari.envs import env_info
 from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
 
 
-
 def cartpole_config(**overrides):
     values = dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, log_interval=5, eval_every=0)
     values.update(overrides)
@@ -31,6 +30,7 @@ WRITER = textwrap.dedent(
     import sys, torch
     sys.path.insert(0, {root!r})
     from acer_sync.checkpoint import save_checkpoint
+    torch.set_num_threads(1)  # on a busy CPU, two threads filling the tensor take longer than the save
     path = sys.argv[1]
     for i in range(10**6):
         save_checkpoint(path, {{"step": i, "weights": torch.full((1_000_000,), float(i))}})
@@ -44,17 +44,27 @@ def test_kill_9_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
     script.write_text(WRITER.format(root=str(ROOT)))
     path = tmp_path / "latest.pt"
     rng = np.random.default_rng(0)
-    completed = []
-    for attempt in range(6):
+    interrupted_saves = 0
+    for attempt in range(30):
+        if attempt >= 6 and interrupted_saves >= 3:
+            break
+        leftovers_before = len(list(tmp_path.glob(".latest.pt.*")))
         process = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
-        assert process.stdout.readline().strip().isdigit()  # at least one save finished
+        first_line = process.stdout.readline().strip()
+        assert first_line.isdigit()  # at least one save finished
         time.sleep(rng.uniform(0.0, 0.15))  # land somewhere inside a later save
         process.send_signal(signal.SIGKILL)
         process.wait()
+        last_finished = int((first_line.split() + process.stdout.read().split())[-1])  # the writer prints after each save
         payload = load_checkpoint(path)
         assert float(payload["weights"][0]) == payload["step"] and float(payload["weights"][-1]) == payload["step"]
-        completed.append(payload["step"])
-    assert len(completed) == 6
+        # The checkpoint is the last save that finished, or the one killed between its rename
+        # and its print: a finished save is never lost.
+        assert payload["step"] in (last_finished, last_finished + 1), (payload["step"], last_finished)
+        # A kill inside a save leaves its temporary file (SIGKILL runs no clean-up). Some kills land
+        # between two saves; kill again until at least 3 have landed inside one.
+        interrupted_saves += len(list(tmp_path.glob(".latest.pt.*"))) - leftovers_before
+    assert interrupted_saves >= 3
     # Temporary files of interrupted saves may remain; they never replace the checkpoint itself.
     assert all(p.name.startswith(".latest.pt.") for p in tmp_path.iterdir() if p.name not in ("latest.pt", "writer.py"))
 
