@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from acer_sync.cli import OneLineParser
-from acer_sync.config import field_default, fields as config_fields
+from acer_sync.config import field_default
+from acer_sync.config import fields as config_fields
 from acer_sync.errors import UserError, run_cli
 from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
 
