@@ -7,6 +7,7 @@ import torch
 
 from acer_sync.distributions import distribution_for
 from acer_sync.networks import Network, State
+from acer_sync.precision import NetworkPasses
 from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
 from atari.stacking import FrameStacker
@@ -33,13 +34,16 @@ class Actor:
     :param generator: the random generator to sample with (None: torch's global one).
     :param update_normalizer: update the network's running observation normalizer, if it has
         one, with each observation before acting on it (training does; evaluation does not).
+    :param precision: what the network's passes compute in (:mod:`acer_sync.precision`); the
+        statistics μ it returns are float32 either way.
     """
 
     def __init__(
         self, model: Network, info: EnvInfo, num_envs: int, device: torch.device, greedy: bool = False,
-        generator: torch.Generator | None = None, update_normalizer: bool = False,
+        generator: torch.Generator | None = None, update_normalizer: bool = False, precision: str = "fp32",
     ):
         self.model = model
+        self.net = NetworkPasses(model, precision, device)
         self.device = device
         self.distribution = distribution_for(info)
         self.greedy = greedy
@@ -74,8 +78,8 @@ class Actor:
         if self.normalizer is not None:
             self.normalizer.update(obs)
         first = torch.from_numpy(self.first).to(self.device)
-        features, self.state = self.model.step(obs, self.state, first)
-        stats = self.model.policy_of(features)
+        features, self.state = self.net.step(obs, self.state, first)
+        stats = self.net.policy_of(features)
         actions = dist.greedy(stats) if self.greedy else dist.sample(stats, generator=self.generator)
         actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
         forced_envs, forced_actions = self.life_loss_actions.forced()
@@ -99,8 +103,8 @@ class Actor:
             final = np.concatenate([stacked[envs, 1:], final_frames[envs, None]], axis=1)
             state = tuple(s[torch.from_numpy(envs).to(s.device)] for s in self.state)
             not_first = torch.zeros(len(envs), dtype=torch.bool, device=self.device)
-            features, _ = self.model.step(torch.from_numpy(final).to(self.device), state, not_first)
-            values[envs] = self.model.value_of(features).float().cpu().numpy()
+            features, _ = self.net.step(torch.from_numpy(final).to(self.device), state, not_first)
+            values[envs] = self.net.value_of(features).float().cpu().numpy()
         return values
 
     def observe(self, frames: np.ndarray, episode_start: np.ndarray, life_lost: np.ndarray, game_over: np.ndarray) -> None:

@@ -13,6 +13,7 @@ from acer_sync.config import Config
 from acer_sync.distributions import distribution_of_spec
 from acer_sync.networks import Network, network_from_spec, polyak_update
 from acer_sync.optim import RMSpropTF
+from acer_sync.precision import NetworkPasses
 from acer_sync.profiling import PhaseTimer
 
 
@@ -50,7 +51,9 @@ class ACER:
     are formed differs between the distributions (:meth:`_categorical_terms`,
     :meth:`_gaussian_terms`, chosen once here); the networks, feed-forward or recurrent, are
     unrolled through their one interface (:mod:`acer_sync.networks`) from the batch's stored
-    state, and the trust region, the step and the Polyak average are shared.
+    state, and the trust region, the step and the Polyak average are shared. Both networks run
+    their passes through :class:`acer_sync.precision.NetworkPasses`, in ``config.precision``,
+    and hand the math float32 results: everything after the heads is float32.
 
     :param model: the online actor-critic θ.
     :param config: the run's settings (gamma, c, trust region, coefficients, ...).
@@ -62,9 +65,12 @@ class ACER:
         self.timer = timer or PhaseTimer()
         self.model = model
         self.distribution = distribution_of_spec(model.spec())
-        self.average_model = network_from_spec(model.spec()).to(next(model.parameters()).device)
+        device = next(model.parameters()).device
+        self.average_model = network_from_spec(model.spec()).to(device)
         self.average_model.load_state_dict(model.state_dict())
         self.average_model.requires_grad_(False)
+        self.net = NetworkPasses(model, config.precision, device)
+        self.average_net = NetworkPasses(self.average_model, config.precision, device)
         self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0  # non-finite updates in a row
@@ -77,7 +83,7 @@ class ACER:
         """
         cfg = self.config
         T, N = batch.rewards.shape
-        pi_all, q_all = self.model(features)
+        pi_all, q_all = self.net.heads(features)
         pi_all = pi_all.reshape(T + 1, N, -1)
         q_all = q_all.reshape(T + 1, N, -1)
         with torch.no_grad():
@@ -107,8 +113,8 @@ class ACER:
         cfg, dist = self.config, self.distribution
         T, N = batch.rewards.shape
         n = cfg.sdn_samples
-        stats_all = self.model.policy_of(features).reshape(T + 1, N, -1)
-        values_all = self.model.value_of(features).reshape(T + 1, N)
+        stats_all = self.net.policy_of(features).reshape(T + 1, N, -1)
+        values_all = self.net.value_of(features).reshape(T + 1, N)
         stats, values = stats_all[:-1], values_all[:-1]
 
         with torch.no_grad():
@@ -116,7 +122,7 @@ class ACER:
             drawn = dist.sample(stats.detach().unsqueeze(2).expand(T, N, n + 1, dist.stat_size))
         a_prime = drawn[:, :, n]
         candidates = torch.cat([batch.actions.unsqueeze(2), drawn], dim=2)  # [T, N, n+2, d]: a_t, u_1..u_n, a'
-        advantage = self.model.advantage_of(features[: T * N], candidates.reshape(T * N, n + 2, -1)).reshape(T, N, n + 2)
+        advantage = self.net.advantage_of(features[: T * N], candidates.reshape(T * N, n + 2, -1)).reshape(T, N, n + 2)
         advantage_u = advantage[:, :, 1 : n + 1]
         q_taken = losses.sdn_q(values, advantage[:, :, 0], advantage_u)
         q_prime = losses.sdn_q(values, advantage[:, :, n + 1], advantage_u)
@@ -164,12 +170,12 @@ class ACER:
                 f"and {tuple(batch.firsts.shape)}"
             )
 
-        features, _ = self.model.unroll(batch.obs, batch.firsts, batch.state)  # observations 0..T
+        features, _ = self.net.unroll(batch.obs, batch.firsts, batch.state)  # observations 0..T
         terms = self._policy_terms(batch, features)
         with torch.no_grad():
             # The average network unrolls from the same stored state, over observations 0..T−1.
-            features_avg, _ = self.average_model.unroll(batch.obs[:T], batch.firsts[:T], batch.state)
-            stats_avg = self.average_model.policy_of(features_avg).reshape(T, N, -1)
+            features_avg, _ = self.average_net.unroll(batch.obs[:T], batch.firsts[:T], batch.state)
+            stats_avg = self.average_net.policy_of(features_avg).reshape(T, N, -1)
 
         # ĝ^acer with respect to the statistics φ, one row per sample.
         entropy = dist.entropy(terms.stats_param)

@@ -44,6 +44,11 @@ class Config:
     replay_start: int = _f(10_000, "steps per env stored before replay begins")
     threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
     compile: bool = _f(False, "compile the network's training forward pass with torch.compile (slower start, faster updates)")
+    precision: str = _f(
+        "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "
+        "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32; may change on --resume)",
+        choices=("fp32", "bf16"),
+    )
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
     network: str = _f(
         "auto", "the network's torso: auto (cnn for Atari frames, mlp for vectors), mlp, cnn, lstm (MLP then an LSTM) "

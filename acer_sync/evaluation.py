@@ -23,6 +23,7 @@ def evaluate(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     on_step: Callable[[], None] | None = None,
+    precision: str = "fp32",
 ) -> list[float]:
     """Play ``episodes`` full games and return their raw scores.
 
@@ -33,13 +34,14 @@ def evaluate(
     rewards are not clipped: this is the evaluation preprocessing, whatever the training used.
     Each env plays a fixed share of the games, so short games are not favoured over long ones.
     ``on_step`` runs after the reset and after every env step (play.py records video frames there).
+    ``precision`` is what the network's passes compute in (:mod:`acer_sync.precision`).
     """
     n = env.num_envs
     quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
     played = np.zeros(n, dtype=np.int64)
     scores: list[float] = []
     tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
-    actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator)
+    actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision)
     frames, lives = env.reset(seed=seed)
     tracker.reset(lives)
     actor.reset(frames)

@@ -32,6 +32,7 @@ from acer_sync.networks import (
     RecurrentActorCritic,
     RecurrentGaussianActorCritic,
 )
+from acer_sync.precision import slow_bf16_warning
 from acer_sync.profiling import PhaseTimer
 from acer_sync.rng_state import capture_rng, restore_rng
 from acer_sync.runner import Runner
@@ -45,7 +46,7 @@ EXIT_ENV_DIED = 3
 EXIT_NONFINITE = 4
 BUFFER_FILE = "buffer.npz"
 #: Config fields that may differ between a run and its resume.
-RESUMABLE_CHANGES = ("total_timesteps", "device", "threads")
+RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision")
 
 
 def select_device(name: str) -> torch.device:
@@ -194,6 +195,9 @@ class Trainer:
         if config.compile:
             self.model.compile()  # in place: the state_dict keys stay the same
         self.agent = ACER(self.model, config, self.timer)
+        warning = slow_bf16_warning(config.precision, self.device, self.model)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
         self.timesteps = 0
         self.iterations = 0
         self.updates = 0
@@ -217,7 +221,7 @@ class Trainer:
         self.env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads)
         self.runner = Runner(
             self.env, self.model, self.device, config.nsteps, self.tracker, self.fields, self.timer,
-            reward_scale=config.reward_scale,
+            reward_scale=config.reward_scale, precision=config.precision,
         )
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
         self.logger = Logger(run_dir)
@@ -280,6 +284,7 @@ class Trainer:
         scores = evaluate(
             self.model, self.eval_env, cfg.eval_episodes, self.device, greedy=cfg.eval_greedy,
             seed=cfg.seed + 1_000_003 * (1 + self.timesteps // max(cfg.eval_every, 1)), generator=self.eval_generator,
+            precision=cfg.precision,
         )
         return {
             "eval_mean": float(np.mean(scores)),
@@ -435,7 +440,7 @@ class Trainer:
         previous, available = self.buffer.previous(index)
         previous = to_batch(previous, self.fields, self.info.stack, self.device)
         with torch.no_grad():
-            _, burned = self.model.unroll(previous.obs[:-1], previous.firsts[:-1], previous.state)
+            _, burned = self.agent.net.unroll(previous.obs[:-1], previous.firsts[:-1], previous.state)
         use = torch.from_numpy(available).to(self.device).unsqueeze(-1)
         batch["state"] = tuple(torch.where(use, new, stored) for new, stored in zip(burned, batch.state))
         return batch

@@ -82,6 +82,16 @@ class MLP(nn.Module):
 State = tuple[torch.Tensor, ...]
 
 
+def probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """π = softmax(logits) over the last dimension, computed in float32 whatever the logits' dtype.
+
+    Under bf16 autocast (:mod:`acer_sync.precision`) the logits are bf16; CUDA's autocast runs the
+    softmax in float32 by itself, CPU's would round π to bf16 (8 bits, Σπ off by up to 0.4%). For
+    float32 logits this is the plain softmax, bit for bit.
+    """
+    return torch.softmax(logits, dim=-1, dtype=torch.float32)
+
+
 class FeedForward:
     """The state interface of a feed-forward network: no state, and ``unroll`` only reshapes.
 
@@ -182,13 +192,13 @@ class ActorCritic(FeedForward, nn.Module):
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(π(·|x), Q(x, ·)), ``[B, A]`` each: the training pass (what ``--compile`` compiles)."""
         torso_features = self.torso(features)
-        pi = torch.softmax(self.policy_head(torso_features), dim=-1)
+        pi = probabilities(self.policy_head(torso_features))
         q_features = torso_features if self.q_torso is None else self.q_torso(features)
         return pi, self.q_head(q_features)
 
     def policy_of(self, features: torch.Tensor) -> torch.Tensor:
         """π(·|x) alone, skipping the Q head and torso (acting and the average network need only this)."""
-        return torch.softmax(self.policy_head(self.torso(features)), dim=-1)
+        return probabilities(self.policy_head(self.torso(features)))
 
     def value_of(self, features: torch.Tensor) -> torch.Tensor:
         """V(x) = Σ_a π(a|x) Q(x, a), ``[B]``."""
@@ -379,10 +389,10 @@ class RecurrentActorCritic(Recurrent):
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(π(·|h), Q(h, ·)), ``[B, A]`` each."""
-        return torch.softmax(self.policy_head(features), dim=-1), self.q_head(features)
+        return probabilities(self.policy_head(features)), self.q_head(features)
 
     def policy_of(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.policy_head(features), dim=-1)
+        return probabilities(self.policy_head(features))
 
     def value_of(self, features: torch.Tensor) -> torch.Tensor:
         """V = Σ_a π(a|h) Q(h, a), ``[B]``."""

@@ -38,11 +38,12 @@ class Runner:
     :param fields: what a segment holds (:func:`acer_sync.buffer.buffer_fields`).
     :param timer: charges time to the ``acting`` and ``env`` phases (bench.py).
     :param reward_scale: training rewards are multiplied by this (logged returns stay raw).
+    :param precision: what the network's passes compute in (:mod:`acer_sync.precision`).
     """
 
     def __init__(
         self, env: VecEnv, model: Network, device: torch.device, nsteps: int, tracker: EpisodeTracker,
-        fields: Iterable[Field], timer: PhaseTimer | None = None, reward_scale: float = 1.0,
+        fields: Iterable[Field], timer: PhaseTimer | None = None, reward_scale: float = 1.0, precision: str = "fp32",
     ):
         self.timer = timer or PhaseTimer()
         self.env = env
@@ -50,7 +51,7 @@ class Runner:
         self.tracker = tracker
         self.fields = tuple(fields)
         self.reward_scale = reward_scale
-        self.actor = Actor(model, env.info, env.num_envs, device, update_normalizer=True)
+        self.actor = Actor(model, env.info, env.num_envs, device, update_normalizer=True, precision=precision)
         self.frames: np.ndarray | None = None
 
     def reset(self, seed: int | None) -> None:
