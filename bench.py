@@ -1,6 +1,6 @@
 """Measure training speed and memory on the real training path.
 
-``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--json]``
+``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--precision fp32|bf16] [--json]``
 
 Four measurements, each for a quarter of ``--seconds`` after a warm-up:
 
@@ -10,6 +10,7 @@ Four measurements, each for a quarter of ``--seconds`` after a warm-up:
 * ``raw_learner_steps_per_sec``: the same network passes at the same batch sizes in plain
   PyTorch on random uint8 frames already on the device, with no ACER logic (no Retrace, bias
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
+  Under ``--precision bf16`` its passes run in the same bf16 autocast as training's.
 * ``steps_per_sec``: end to end, through :class:`acer_sync.learn.Trainer`'s own iteration, with
   replay active from the start over a prefilled buffer, and the time spent in each phase.
 
@@ -36,6 +37,7 @@ from acer_sync.config import build_config, validate
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import Trainer, build_model
 from acer_sync.optim import RMSpropTF
+from acer_sync.precision import PRECISIONS, autocast, runs_in_bf16, to_float32
 from acer_sync.run_metadata import package_versions
 from atari.envs import VecEnv, choose_backend, env_info
 
@@ -52,6 +54,7 @@ def parse_args(argv: list[str]):
     parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
     parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training forward pass, as train.py --compile")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
     return parser.parse_args(argv)
 
@@ -132,17 +135,20 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     firsts = torch.zeros(T + 1, N, dtype=torch.bool, device=device)
     state = model.initial_state(N)
     updates = 1 + int(round(config.replay_ratio))
+    bf16 = runs_in_bf16(model, config.precision)
 
     def iteration():
         with torch.inference_mode():
             acting_state = state
             for _ in range(T):
-                features, acting_state = model.step(acting_obs, acting_state, firsts[0])
-                model.policy_of(features)
+                with autocast(device, bf16):
+                    features, acting_state = model.step(acting_obs, acting_state, firsts[0])
+                    model.policy_of(features)
         for _ in range(updates):
-            pi, q = model(model.unroll(batch_obs, firsts, state)[0])
-            with torch.no_grad():
-                average.policy_of(average.unroll(batch_obs[:T], firsts[:T], state)[0])
+            with autocast(device, bf16):
+                pi, q = to_float32(model(model.unroll(batch_obs, firsts, state)[0]))
+                with torch.no_grad():
+                    average.policy_of(average.unroll(batch_obs[:T], firsts[:T], state)[0])
             loss = -torch.log(pi + 1e-6).mean() + q.pow(2).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -178,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
+                     precision=args.precision,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9, log_seconds=0,
                      checkpoint_every=10**12, total_timesteps=10**12)
     info = env_info(args.env)
@@ -225,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
         "compile": config.compile,
+        "precision": config.precision,
+        "bf16_passes": runs_in_bf16(trainer.model, config.precision),
         "env_backend": choose_backend(info, config.vec_env),
         "versions": package_versions(),
     }
