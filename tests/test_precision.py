@@ -74,8 +74,9 @@ def test_only_the_convolutional_nets_run_in_bf16():
 def test_a_bf16_pass_returns_float32_computed_in_bf16():
     torch.manual_seed(0)
     net = ActorCritic(FRAMES, 3, "cnn")
-    q_dtypes = []
+    q_dtypes, frame_dtypes = [], []
     net.q_head.register_forward_hook(lambda module, args, output: q_dtypes.append(output.dtype))
+    net.torso.convs[0].register_forward_pre_hook(lambda module, args: frame_dtypes.append(args[0].dtype))
     obs = torch.randint(0, 256, (2, 5, *FRAMES), dtype=torch.uint8)
     firsts = torch.zeros(2, 5, dtype=torch.bool)
     outputs = {}
@@ -84,6 +85,7 @@ def test_a_bf16_pass_returns_float32_computed_in_bf16():
         features, _ = passes.unroll(obs, firsts, ())
         outputs[name] = passes.heads(features)
     assert q_dtypes == [torch.float32, torch.bfloat16]  # the Q head ran in bf16 ...
+    assert frame_dtypes == [torch.float32, torch.bfloat16]  # (the frames went straight to bf16, no float32 copy)
     for pi, q in outputs.values():
         assert pi.dtype == q.dtype == torch.float32  # ... and the math gets float32
     torch.testing.assert_close(outputs["bf16"][1], outputs["fp32"][1], rtol=0.05, atol=0.05)
