@@ -91,7 +91,7 @@ def probabilities(logits: torch.Tensor) -> torch.Tensor:
     """π = softmax(logits) over the last dimension, computed in float32 whatever the logits' dtype.
 
     Under bf16 autocast (:mod:`acer_sync.precision`) the logits are bf16; CUDA's autocast runs the
-    softmax in float32 by itself, CPU's would round π to bf16 (8 bits, Σπ off by up to 0.4%). For
+    softmax in float32 by itself, CPU's would round π to bf16's 8 significant bits. For
     float32 logits this is the plain softmax, bit for bit.
     """
     return torch.softmax(logits, dim=-1, dtype=torch.float32)
