@@ -197,7 +197,7 @@ class Trainer:
             self.env, self.model, self.device, config.nsteps, self.tracker, self.timer, reward_scale=config.reward_scale
         )
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
-        self.logger = Logger(run_dir)
+        self.logger = Logger(run_dir, resume_step=self.timesteps if resume is not None else None)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         self.next_checkpoint = (self.timesteps // config.checkpoint_every + 1) * config.checkpoint_every
         self.next_eval = (self.timesteps // config.eval_every + 1) * config.eval_every if config.eval_every else 0
