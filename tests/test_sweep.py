@@ -340,3 +340,18 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
     assert [row["total_timesteps"] for row in rows] == [int(row["total_timesteps"]) for row in read_progress(tmp_path)]
     assert rows[-1]["total_timesteps"] == 100
     assert checkpoints == [tmp_path / "checkpoints" / "latest.pt"] * 3  # at 40 and 80 steps, and at the end
+
+
+def test_interim_summary_marks_unfinished_trials_and_leaves_them_out_of_the_means(tmp_path):
+    from sweeps.launch import TrialOutcome
+    from sweeps.summary import summary_markdown
+
+    sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 2000}\n"))
+    for name, last_step, final_mean in ((SEED0, 2000, 100.0), (SEED1, 400, 10.0)):
+        (tmp_path / name).mkdir()
+        rows = [f"{step},{final_mean}" for step in range(200, last_step + 1, 200)]
+        (tmp_path / name / "progress.csv").write_text("total_timesteps,mean_episode_reward\n" + "\n".join(rows) + "\n")
+    summary = summary_markdown(sweep, tmp_path, [TrialOutcome(SEED0, "finished"), TrialOutcome(SEED1, "unfinished")])
+    assert f"| {SEED0} | finished | 2,000 | 100.00 |" in summary
+    assert f"| {SEED1} | unfinished | 400 of 2,000 | 10.00 |" in summary
+    assert "**CartPole-v1_seeds: mean of 1 of 2 seeds: those not finished are left out** |  |  | 100.00 |" in summary
