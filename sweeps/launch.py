@@ -13,22 +13,29 @@ import json
 import logging
 import os
 import re
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import ray
 from ray import tune
-from ray.tune import CheckpointConfig, CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
+from ray.tune import CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from acer_sync.errors import UserError
+from acer_sync.run_metadata import git_commit
 from sweeps.spec import Sweep, sweep_record
-from sweeps.trial import run_trial
+from sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TUNE_DIR = "tune"
 RECORD_FILE = "sweep.json"
 #: Shipped to the cluster's workers with ``--address``; the runs stay where they are.
 CODE_EXCLUDES = ["runs/", ".git/", ".venv/", "*.png", "__pycache__/"]
+#: The name of the sweep's :class:`~sweeps.trial.StopRequest` actor.
+STOP_REQUEST = "acer_sync-sweep-stop"
 STATUS_SECONDS = 30
 ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed)\b.*?: .+")
 MAX_ERROR_CHARS = 300
@@ -57,15 +64,38 @@ def quiet_ray() -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's classic status table (CLIReporter)
     for name in ("ray", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    # The driver prints the raylet's error messages ("A worker died or was killed ...", many
-    # lines) through the printer of worker logs; with log_to_driver off nothing else goes through
-    # it. Ray's own debugger (ray.util.rpdb) turns it off by this flag.
+    # The driver prints the workers' output and the raylet's error messages ("A worker died or was
+    # killed ...", many lines) through one printer; this turns it off, as Ray's own debugger
+    # (ray.util.rpdb) does. The trials' own lines come through forward_trial_lines instead.
     ray._private.worker._worker_logs_enabled = False
+
+
+def print_trial_lines(data: dict) -> None:
+    """Print the lines of a batch of worker output that trials print for this terminal."""
+    for line in data.get("lines", []):
+        if line.startswith(LINE_PREFIX):
+            print(line, flush=True)
+
+
+@contextmanager
+def forward_trial_lines():
+    """While open, the trials' one-line events (``[trial NAME] ...``) appear on this terminal.
+
+    Ray sends each worker's output to the driver (``log_to_driver``) through one dispatcher;
+    this adds a handler to it that keeps only those lines.
+    """
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher
+
+    global_worker_stdstream_dispatcher.add_handler("acer_sync_trial_lines", print_trial_lines)
+    try:
+        yield
+    finally:
+        global_worker_stdstream_dispatcher.remove_handler("acer_sync_trial_lines")
 
 
 def start_ray(address: str | None) -> None:
     """Join the Ray cluster at ``address``, or start a local Ray with this machine's cores."""
-    options = dict(log_to_driver=False, include_dashboard=False, configure_logging=True, logging_level=logging.ERROR)
+    options = dict(log_to_driver=True, include_dashboard=False, configure_logging=True, logging_level=logging.ERROR)
     try:
         if address is None:
             ray.init(num_cpus=os.cpu_count(), **options)
@@ -115,6 +145,39 @@ class TrialLines(tune.Callback):
         print(f"trial {trial_name(trial)} failed for good; sweep.py names its error at the end", flush=True)
 
 
+def request_stop() -> None:
+    """Set the sweep's stop request (from a thread: Ray calls do not belong in a signal handler)."""
+    if not ray.is_initialized():
+        return
+    try:
+        ray.get(ray.get_actor(STOP_REQUEST).set.remote(), timeout=30)
+    except (ray.exceptions.RayError, ValueError, TimeoutError):
+        pass  # Ray is going: the trials' processes go with it, and their last checkpoints stay
+
+
+class StopTrialsOnInterrupt(tune.Callback):
+    """Makes sweep.py's first Ctrl-C ask every running trial to save a checkpoint before Tune stops it.
+
+    Tune catches the first SIGINT of ``fit()`` itself: it ends its loop, saves its state and then
+    stops the trials' processes, giving each a few seconds. This wraps Tune's handler (installed
+    once the loop runs) so that the same signal also sets the trials' stop request at once.
+    """
+
+    def on_step_begin(self, iteration, trials, **info):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        tune_handler = signal.getsignal(signal.SIGINT)
+        if getattr(tune_handler, "stops_trials", False) or not callable(tune_handler):
+            return
+
+        def stop_trials_then_tune(signum, frame):
+            threading.Thread(target=request_stop, daemon=True).start()
+            tune_handler(signum, frame)
+
+        stop_trials_then_tune.stops_trials = True
+        signal.signal(signal.SIGINT, stop_trials_then_tune)
+
+
 def final_steps(run_dir: Path) -> int:
     """The step count of the last row of a run's ``progress.csv`` (0 if it has none)."""
     try:
@@ -125,9 +188,9 @@ def final_steps(run_dir: Path) -> int:
         return 0
 
 
-def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path) -> Tuner:
+def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverContext) -> Tuner:
     """A new Tuner for ``sweep``, or the saved one restored when ``sweep_dir`` already holds it."""
-    trainable = tune.with_resources(run_trial, {"cpu": sweep.cpus, "gpu": sweep.gpus})
+    trainable = tune.with_resources(tune.with_parameters(run_trial, driver=driver), {"cpu": sweep.cpus, "gpu": sweep.gpus})
     experiment = sweep_dir / TUNE_DIR
     if Tuner.can_restore(str(experiment)):
         print(f"continuing the sweep in {sweep_dir}: finished trials are kept, unfinished ones resume", flush=True)
@@ -137,7 +200,8 @@ def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path) -> Tuner:
         for trial in sweep.trials
     ]
     reporter = CLIReporter(
-        metric_columns={"total_timesteps": "steps", "mean_episode_reward": "mean return", "fps": "steps/s"},
+        metric_columns={"total_timesteps": "steps", "checkpoint_timesteps": "saved at", "mean_episode_reward": "mean return",
+                        "fps": "steps/s"},
         parameter_columns={f"trial/config/{name}": name for name in ("seed", *sweep.grid_axes)},
         max_report_frequency=STATUS_SECONDS, max_column_length=40,
     )
@@ -149,9 +213,8 @@ def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path) -> Tuner:
             name=TUNE_DIR,
             storage_path=str(sweep_dir),
             failure_config=FailureConfig(max_failures=sweep.failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
             progress_reporter=reporter,
-            callbacks=[TrialLines()],
+            callbacks=[TrialLines(), StopTrialsOnInterrupt()],
             verbose=1,
         ),
     )
@@ -164,8 +227,17 @@ def run_sweep(sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | Non
     quiet_ray()
     start_ray(address)
     try:
-        results = make_tuner(sweep, sweep_file.resolve(), sweep_dir).fit()
-        errors = {result.config["trial"]["name"]: result.error for result in results if result.error is not None}
+        with forward_trial_lines():
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            stop_request = StopRequest.options(name=STOP_REQUEST, scheduling_strategy=here).remote()
+            ray.get(stop_request.__ray_ready__.remote())
+            driver = DriverContext(git_commit=git_commit(), stop_request=STOP_REQUEST)
+            sigint_handler = signal.getsignal(signal.SIGINT)
+            try:
+                results = make_tuner(sweep, sweep_file.resolve(), sweep_dir, driver).fit()
+            finally:
+                signal.signal(signal.SIGINT, sigint_handler)  # Tune's (and StopTrialsOnInterrupt's) end with fit()
+            errors = {result.config["trial"]["name"]: result.error for result in results if result.error is not None}
     finally:
         ray.shutdown()
     outcomes = []
