@@ -3,6 +3,10 @@
 Layout under ``runs/<sweep>/``: one run directory per trial (``<trial>/``, as ``train.py`` writes
 it), ``sweep.json`` (the expanded sweep, to tell a rerun of the same sweep from another one),
 ``tune/`` (Tune's experiment state, which ``Tuner.restore`` continues from) and ``summary.md``.
+
+On a cluster (``--address``) the code is shipped to the nodes (Ray's ``working_dir``, without the
+run directories), and before any trial starts every node that can run one must see ``--runs-dir``
+at the same path: trials write their run directories there and resume from them on any node.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ import json
 import logging
 import os
 import re
+import secrets
 import signal
+import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,13 +39,18 @@ from sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TUNE_DIR = "tune"
 RECORD_FILE = "sweep.json"
-#: Shipped to the cluster's workers with ``--address``; the runs stay where they are.
-CODE_EXCLUDES = ["runs/", ".git/", ".venv/", "*.png", "__pycache__/"]
+#: Not shipped to the cluster's nodes with ``--address`` (the sweep's own directory is left out too,
+#: wherever it is): runs, git's data (a file in a git worktree), environments, pictures.
+CODE_EXCLUDES = ["runs/", ".git", ".venv/", "*.png", "__pycache__/"]
 #: The name of the sweep's :class:`~sweeps.trial.StopRequest` actor.
 STOP_REQUEST = "acer_sync-sweep-stop"
 STATUS_SECONDS = 30
+STORAGE_CHECK_SECONDS = 120
 ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed)\b.*?: .+")
+PACKAGE_TOO_LARGE = re.compile(r"Package size \((?P<size>[\d.]+ ?MiB)\) exceeds the maximum size of (?P<limit>[\d.]+ ?MiB)")
 MAX_ERROR_CHARS = 300
+#: How a machine gets the cluster's authentication token (the README's cluster section says more).
+TOKEN_FIX = "copy the head's ~/.ray/auth_token to ~/.ray/auth_token on this machine, or set RAY_AUTH_TOKEN to it"
 
 
 @dataclass(frozen=True)
@@ -93,18 +105,129 @@ def forward_trial_lines():
         global_worker_stdstream_dispatcher.remove_handler("acer_sync_trial_lines")
 
 
-def start_ray(address: str | None) -> None:
-    """Join the Ray cluster at ``address``, or start a local Ray with this machine's cores."""
-    options = dict(log_to_driver=True, include_dashboard=False, configure_logging=True, logging_level=logging.ERROR)
+@contextmanager
+def native_stderr_captured():
+    """Send this process's file descriptor 2 to a temporary file while open; yields the file.
+
+    Ray's C++ client writes a warning there for each refused connection attempt. Captured, they
+    tell an authentication failure from an unreachable cluster, and stay off the terminal.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield capture
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def token_mode() -> bool:
+    return os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+
+
+def connection_problem(address: str, error: BaseException, native_log: str) -> str:
+    """One line for a failed ``ray.init(address=...)``: what went wrong and how to fix it."""
+    text = f"{error}\n{error.__cause__ or ''}\n{native_log}"
+    if isinstance(error, ray.exceptions.AuthenticationError):
+        reason = str(error.message).split(". ")[0].rstrip(".")
+        return f"Ray token authentication is on (RAY_AUTH_MODE=token) but {reason}; {TOKEN_FIX}"
+    if "InvalidAuthToken" in text or "Unauthenticated" in text:
+        if token_mode():
+            return f"the Ray cluster at {address} refused this machine's authentication token; {TOKEN_FIX}"
+        return (f"the Ray cluster at {address} uses token authentication and this machine sent no token; "
+                f"set RAY_AUTH_MODE=token and {TOKEN_FIX}")
+    package = PACKAGE_TOO_LARGE.search(text)
+    if package:
+        return (f"the code sent to the cluster (Ray's working_dir: {REPO_ROOT}, without runs/, .git, .venv, *.png and "
+                f"what .gitignore names) is {package['size']}, over Ray's limit of {package['limit']}; move large files "
+                "out of it or list them in .gitignore or .rayignore")
+    return f"cannot reach a Ray cluster at --address {address}: {one_line(str(error))}"
+
+
+def code_excludes(sweep_dir: Path) -> list[str]:
+    """What is not shipped to a cluster: :data:`CODE_EXCLUDES`, and the sweep's directory where
+    ``--runs-dir`` lies inside the repository (its checkpoints would count against Ray's limit)."""
     try:
-        if address is None:
-            ray.init(num_cpus=os.cpu_count(), **options)
-        else:
-            runtime_env = {"working_dir": str(REPO_ROOT), "excludes": CODE_EXCLUDES}
-            ray.init(address=address, runtime_env=runtime_env, **options)
-    except ConnectionError as error:
-        raise UserError(f"cannot reach a Ray cluster at --address {address}: {one_line(str(error))}") from None
+        inside = sweep_dir.resolve().relative_to(REPO_ROOT)
+    except ValueError:
+        return list(CODE_EXCLUDES)
+    return [*CODE_EXCLUDES, f"/{inside.as_posix()}/"]
+
+
+def start_ray(address: str | None, sweep_dir: Path) -> None:
+    """Join the Ray cluster at ``address``, or start a local Ray with this machine's cores.
+
+    Every failure to join is one :class:`UserError` line: a refused or missing authentication
+    token, code over Ray's upload limit, or a cluster that is not there.
+    """
+    options = dict(log_to_driver=True, include_dashboard=False, configure_logging=True, logging_level=logging.ERROR)
+    if address is None:
+        ray.init(num_cpus=os.cpu_count(), **options)
+    else:
+        runtime_env = {"working_dir": str(REPO_ROOT), "excludes": code_excludes(sweep_dir)}
+        print(f"joining the Ray cluster at {address}", flush=True)
+        failure = None
+        with native_stderr_captured() as native_log:
+            try:
+                ray.init(address=address, runtime_env=runtime_env, **options)
+            except (ConnectionError, ValueError, RuntimeError, ray.exceptions.RayError) as error:
+                failure = error
+            native_log.seek(0)
+            native_text = native_log.read().decode(errors="replace")
+        if failure is not None:
+            ray.shutdown()
+            raise UserError(connection_problem(address, failure, native_text)) from None
     quiet_ray()
+
+
+def node_storage_problem(sweep_dir: str, probe_name: str, token: str) -> str | None:
+    """Run on one node: None when it sees the driver's probe file in ``sweep_dir`` and can write
+    there, else what it lacks."""
+    probe = Path(sweep_dir) / probe_name
+    try:
+        if probe.read_text() != token:
+            return f"sees another {probe} than the one sweep.py wrote"
+    except OSError as error:
+        return f"cannot read {probe}, which sweep.py wrote ({error.strerror or error})"
+    own = probe.with_name(f"{probe_name}-{os.getpid()}")
+    try:
+        own.write_text(token)
+        own.unlink()
+    except OSError as error:
+        return f"cannot write in {sweep_dir} ({error.strerror or error})"
+    return None
+
+
+def check_storage_on_every_node(runs_dir: Path, sweep_dir: Path) -> None:
+    """Refuse, before any trial starts, a ``--runs-dir`` that some node able to run a trial does not
+    see at the same path: a trial there would fail only at its first checkpoint, or resume on
+    another node without its run directory."""
+    token = secrets.token_hex(16)
+    probe = sweep_dir / f".storage-check-{token[:8]}"
+    probe.write_text(token)
+    try:
+        nodes = [node for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
+        check = ray.remote(num_cpus=0)(node_storage_problem)
+        answers = {
+            node["NodeID"]: check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+            .remote(str(sweep_dir), probe.name, token)
+            for node in nodes
+        }
+        for node in nodes:
+            try:
+                problem = ray.get(answers[node["NodeID"]], timeout=STORAGE_CHECK_SECONDS)
+            except (ray.exceptions.RayError, TimeoutError) as error:
+                problem = f"did not answer the storage check ({one_line(str(error))})"
+            if problem:
+                raise UserError(
+                    f"--runs-dir {runs_dir}: the node at {node['NodeManagerAddress']} (node id {node['NodeID'][:12]}) "
+                    f"{problem}; on a cluster --runs-dir must be a directory that every node mounts at the same path"
+                )
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
@@ -225,9 +348,11 @@ def run_sweep(sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | Non
     sweep_dir = (runs_dir / sweep.name).resolve()
     check_same_sweep(sweep, sweep_dir)
     quiet_ray()
-    start_ray(address)
+    start_ray(address, sweep_dir)
     try:
         with forward_trial_lines():
+            if address is not None:
+                check_storage_on_every_node(runs_dir, sweep_dir)
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
             stop_request = StopRequest.options(name=STOP_REQUEST, scheduling_strategy=here).remote()
             ray.get(stop_request.__ray_ready__.remote())

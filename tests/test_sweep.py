@@ -379,6 +379,26 @@ def test_interim_summary_marks_unfinished_trials_and_leaves_them_out_of_the_mean
     assert "**CartPole-v1_seeds: mean of 1 of 2 seeds: those not finished are left out** |  |  | 100.00 |" in summary
 
 
+def test_address_without_a_runs_dir_is_refused_before_joining(tmp_path):
+    """The default runs/ is on this machine only; a trial on another node would write elsewhere."""
+    path = write(tmp_path, BASE)
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path), "--address", "127.0.0.1:1"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = one_line_error(result)
+    assert "with --address, give --runs-dir a directory that every node of the cluster mounts at the same path" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_node_that_cannot_see_the_drivers_probe_says_so(tmp_path):
+    from sweeps.launch import node_storage_problem
+
+    (tmp_path / ".probe").write_text("token")
+    assert node_storage_problem(str(tmp_path), ".probe", "token") is None
+    assert "sees another" in node_storage_problem(str(tmp_path), ".probe", "other token")
+    assert "cannot read" in node_storage_problem(str(tmp_path / "elsewhere"), ".probe", "token")
+    assert list(tmp_path.iterdir()) == [tmp_path / ".probe"]  # its own probe is gone again
+
+
 def test_a_trial_records_the_git_commit_sweep_py_gives_it(tmp_path, monkeypatch):
     """The code a cluster's node runs is a copy without .git, where the trial finds no commit."""
     from acer_sync import run_metadata
