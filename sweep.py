@@ -4,7 +4,8 @@ The YAML file names the sweep, its envs, seeds, settings (a list is a grid axis)
 of one trial (see :mod:`sweeps.spec` and ``configs/``). Every trial is a normal run in
 ``runs/<sweep>/<trial>/``. Running the same command again continues the sweep: finished trials
 are kept, unfinished ones resume from their checkpoints. ``--address auto`` joins an existing Ray
-cluster instead of starting Ray on this machine.
+cluster instead of starting Ray on this machine; ``--runs-dir`` must then name a directory that
+every node mounts at the same path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sweeps.spec import load_sweep
 
 #: Exit code when some trial failed for good (after its restarts); the others ran to the end.
 EXIT_TRIAL_FAILED = 1
+DEFAULT_RUNS_DIR = Path("runs")
 
 
 def parse_args(argv: list[str]):
@@ -28,13 +30,20 @@ def parse_args(argv: list[str]):
     )
     parser.add_argument("sweep_file", type=Path, metavar="FILE.yaml", help="the sweep file (see configs/cartpole-rr.yaml)")
     parser.add_argument("--address", default=None, help="join the Ray cluster at this address ('auto': the one this machine belongs to); default: start Ray here")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="trials go to RUNS_DIR/<sweep>/<trial>/ (default: runs)")
+    parser.add_argument("--runs-dir", type=Path, default=None,
+                        help="trials go to RUNS_DIR/<sweep>/<trial>/ (default: runs); with --address, a directory "
+                        "every node mounts at the same path, such as an NFS mount")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     sweep = load_sweep(args.sweep_file)
+    if args.runs_dir is None:
+        if args.address is not None:
+            raise UserError("with --address, give --runs-dir a directory that every node of the cluster mounts at the "
+                            "same path (the default runs/ is on this machine only)")
+        args.runs_dir = DEFAULT_RUNS_DIR
     if ".." in args.runs_dir.parts:
         raise UserError(f"--runs-dir {args.runs_dir} contains '..'; give the directory without parent references")
     print(f"sweep {sweep.name}: {len(sweep.trials)} trials, {sweep.cpus} CPU and {sweep.gpus:g} GPU each, "

@@ -139,6 +139,12 @@ class GracefulStop:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def request(self, reason: str) -> None:
+        """Stop as after a first signal, for ``reason``: a driver's stop that no signal carries (a
+        sweep's Ctrl-C reaching its trials). Any thread may call it."""
+        if self.signal_name is None:
+            self.signal_name = reason
+
     def _handle(self, signum, frame):
         if self.signal_name is not None:
             # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
@@ -179,6 +185,7 @@ class Trainer:
         self.progress_bar = progress_bar
         self.on_progress = on_progress
         self.on_checkpoint = on_checkpoint
+        self.stop = GracefulStop()
         if config.threads:
             torch.set_num_threads(config.threads)
         self.device = select_device(config.device)
@@ -220,7 +227,7 @@ class Trainer:
             reward_scale=config.reward_scale,
         )
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
-        self.logger = Logger(run_dir)
+        self.logger = Logger(run_dir, resume_step=self.timesteps if resume is not None else None)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         self.next_checkpoint = (self.timesteps // config.checkpoint_every + 1) * config.checkpoint_every
         self.next_eval = (self.timesteps // config.eval_every + 1) * config.eval_every if config.eval_every else 0
@@ -323,7 +330,7 @@ class Trainer:
         cfg = self.config
         self._reset_interval()
         bar = tqdm(total=cfg.total_timesteps, initial=self.timesteps, unit="step", disable=not self.progress_bar, dynamic_ncols=True)
-        with GracefulStop() as stop:
+        with self.stop as stop:
             try:
                 return self._run_until_done_or_stopped(stop, bar)
             except BaseException as error:
@@ -335,6 +342,14 @@ class Trainer:
                     raise
                 print("train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept", file=sys.stderr, flush=True)
                 return EXIT_INTERRUPTED
+
+    def request_stop(self, reason: str) -> None:
+        """Finish the current iteration, save a checkpoint and return EXIT_INTERRUPTED from
+        :meth:`train`, as after SIGINT; ``reason`` names why in the "received: saving" line."""
+        self.stop.request(reason)
+
+    def stop_requested(self) -> bool:
+        return self.stop.signal_name is not None
 
     def _run_until_done_or_stopped(self, stop: GracefulStop, bar: tqdm) -> int:
         cfg = self.config

@@ -1,6 +1,7 @@
 """Shared by the tests that drive train.py through a subprocess."""
 
 import csv
+import re
 import subprocess
 import sys
 import time
@@ -71,3 +72,19 @@ class NeverFire(torch.nn.Module):
         pi = torch.zeros(len(features), self.n_actions)
         pi[:, 0] = 1.0
         return pi
+
+
+#: A sweep trial's first line: the process and the node it runs on (sweeps/trial.py).
+TRIAL_PROCESS = re.compile(r"^\[trial (?P<trial>[^\]]+)\] running in process (?P<pid>\d+) on node \S+ \(node id (?P<node>\w+)\)$", re.M)
+#: A resumed trial's line from the Trainer.
+TRIAL_RESUMES = re.compile(r"^\[trial (?P<trial>[^\]]+)\] resuming at step (?P<step>\d+):", re.M)
+
+
+def trial_processes(sweep_output: str, trial: str) -> list[tuple[int, str]]:
+    """(process id, node id) of each start of ``trial``, in order, from sweep.py's output."""
+    return [(int(match["pid"]), match["node"]) for match in TRIAL_PROCESS.finditer(sweep_output) if match["trial"] == trial]
+
+
+def trial_resume_steps(sweep_output: str, trial: str) -> list[int]:
+    """The step of each resume of ``trial``, in order, from sweep.py's output."""
+    return [int(match["step"]) for match in TRIAL_RESUMES.finditer(sweep_output) if match["trial"] == trial]
