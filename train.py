@@ -11,7 +11,7 @@ from acer_sync.checkpoint import load_checkpoint
 from acer_sync.cli import OneLineParser, add_config_flags, config_overrides
 from acer_sync.config import Config, build_config, validate
 from acer_sync.config_file import load_config_file
-from acer_sync.errors import UserError, run_cli
+from acer_sync.errors import UserError, exit_code, run_cli
 from acer_sync.learn import RESUMABLE_CHANGES, Trainer, network_arch
 from acer_sync.networks import canonical_spec
 from acer_sync.run_metadata import write_config
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         write_config(run_dir, config, ["train.py", *argv])
     print(f"run directory: {run_dir}", flush=True)
     trainer = Trainer(config, info, run_dir, resume=payload, progress_bar=not args.no_progress)
-    return trainer.train()
+    return exit_code(trainer.train(), "train.py")
 
 
 if __name__ == "__main__":

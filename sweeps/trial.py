@@ -20,21 +20,14 @@ from ray import tune
 
 from acer_sync.checkpoint import LATEST, load_checkpoint
 from acer_sync.config import Config
-from acer_sync.errors import EXIT_INTERRUPTED
-from acer_sync.learn import EXIT_ENV_DIED, EXIT_NONFINITE, RESUMABLE_CHANGES, Trainer
+from acer_sync.errors import EXIT_CODES
+from acer_sync.learn import RESUMABLE_CHANGES, Trainer
 from acer_sync.run_metadata import write_config
 from atari.envs import env_info
 
 
-EXIT_REASONS = {
-    EXIT_ENV_DIED: "an env worker process died",
-    EXIT_NONFINITE: "too many non-finite updates in a row",
-    EXIT_INTERRUPTED: "interrupted",
-}
-
-
 class TrialFailed(RuntimeError):
-    """The Trainer stopped with a non-zero exit code."""
+    """The Trainer stopped before the end of the run."""
 
 
 def resume_payload(run_dir: Path) -> dict | None:
@@ -100,7 +93,7 @@ def run_trial(tune_config: dict) -> None:
         config, env_info(config.env), run_dir, resume=payload, progress_bar=False,
         on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint,
     )
-    exit_code = trainer.train()
-    if exit_code != 0:
-        reason = EXIT_REASONS.get(exit_code, "see the Ray worker log")
-        raise TrialFailed(f"the trainer stopped with exit code {exit_code} ({reason})")
+    outcome = trainer.train()
+    if not outcome.finished:
+        reason = outcome.error or outcome.stop.value
+        raise TrialFailed(f"the trainer stopped with exit code {EXIT_CODES[outcome.stop]} ({reason})")

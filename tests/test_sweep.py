@@ -330,13 +330,13 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
     def train():
         trainer = Trainer(config, env_info(config.env), tmp_path, progress_bar=False,
                           on_progress=rows.append, on_checkpoint=checkpoints.append)
-        outcome["code"] = trainer.train()
+        outcome["finished"] = trainer.train().finished
 
     worker = threading.Thread(target=train)
     worker.start()
     worker.join(timeout=120)
     torch.set_num_threads(threads_before)
-    assert outcome == {"code": 0}
+    assert outcome == {"finished": True}
     assert [row["total_timesteps"] for row in rows] == [int(row["total_timesteps"]) for row in read_progress(tmp_path)]
     assert rows[-1]["total_timesteps"] == 100
     assert checkpoints == [tmp_path / "checkpoints" / "latest.pt"] * 3  # at 40 and 80 steps, and at the end
