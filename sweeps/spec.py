@@ -13,7 +13,8 @@
 
 Trials are every env x seed x grid point. Each trial's Config is its env's preset with the
 settings on top (as ``train.py --config``), its ``threads`` set to the trial's CPUs, and it is
-checked as ``train.py`` checks its flags. Every mistake is a one-line :class:`UserError`.
+checked as ``train.py`` checks its flags (:func:`acer_sync.api.check_config`), before Ray starts.
+Every mistake is a one-line :class:`UserError`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from acer_sync.config import Config, build_config, validate
+from acer_sync.api import check_config
+from acer_sync.config import Config, build_config
 from acer_sync.config_file import check_setting, read_yaml_mapping
 from acer_sync.errors import UserError
 from atari.envs import env_info
@@ -152,9 +154,10 @@ def load_sweep(path: Path) -> Sweep:
         config = build_config(
             infos[env].atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=infos[env].continuous
         )
-        problems = validate(config)
-        if problems:
-            raise UserError(f"{source}: trial {trial_name}: {problems[0]}")
+        try:
+            check_config(config, infos[env])
+        except UserError as error:
+            raise UserError(f"{source}: trial {trial_name}: {error}") from None
         trials.append(Trial(trial_name, config))
     return Sweep(name, tuple(trials), cpus, gpus, failures, tuple(grid_axes))
 

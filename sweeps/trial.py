@@ -1,4 +1,5 @@
-"""One sweep trial: the Ray Tune function trainable that runs the Trainer in its own process.
+"""One sweep trial: the Ray Tune function trainable that runs one training (:func:`acer_sync.api.run`)
+in its own process.
 
 The trial is a normal run in its run directory (``config.json``, ``progress.csv``, ``tb/``,
 ``checkpoints/``), as ``train.py`` would write it. Each progress row goes to Tune through the
@@ -18,42 +19,37 @@ from pathlib import Path
 
 from ray import tune
 
-from acer_sync.checkpoint import LATEST, load_checkpoint
+from acer_sync import api
+from acer_sync.checkpoint import LATEST
 from acer_sync.config import Config
 from acer_sync.errors import EXIT_CODES
-from acer_sync.learn import RESUMABLE_CHANGES, Trainer
-from acer_sync.run_metadata import write_config
-from atari.envs import env_info
+from acer_sync.learn import RESUMABLE_CHANGES
 
 
 class TrialFailed(RuntimeError):
     """The Trainer stopped before the end of the run."""
 
 
-def resume_payload(run_dir: Path) -> dict | None:
-    """The checkpoint to continue from: the run directory's own, else Tune's, else None."""
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether there is a checkpoint to continue from: the run directory's own, else Tune's
+    (copied into the run directory)."""
     latest = run_dir / "checkpoints" / LATEST
     if not latest.is_file():
         tune_checkpoint = tune.get_checkpoint()
         if tune_checkpoint is None:
-            return None
+            return False
         latest.parent.mkdir(parents=True, exist_ok=True)
         with tune_checkpoint.as_directory() as directory:
             shutil.copyfile(Path(directory) / LATEST, latest)
-    return load_checkpoint(run_dir)
-
-
-def resumed_config(config: Config, payload: dict) -> Config:
-    """The saved run's config, with what a resume may change (run length, device, threads) from the sweep."""
-    saved = Config(**payload["config"])
-    return dataclasses.replace(saved, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+    return True
 
 
 def discard_unsaved_start(run_dir: Path) -> None:
-    """Remove the rows of an earlier start that died before its first checkpoint: the trial starts
+    """Remove what an earlier start that died before its first checkpoint left: the trial starts
     again from step 0, and its curve must not hold two runs."""
     (run_dir / "progress.csv").unlink(missing_ok=True)
     shutil.rmtree(run_dir / "tb", ignore_errors=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # empty: it holds no checkpoint
 
 
 class TuneReporter:
@@ -82,18 +78,16 @@ def run_trial(tune_config: dict) -> None:
     config = Config(**trial["config"])
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    payload = resume_payload(run_dir)
-    if payload is None:
-        discard_unsaved_start(run_dir)
-        write_config(run_dir, config, ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"])
-    else:
-        config = resumed_config(config, payload)
     reporter = TuneReporter()
-    trainer = Trainer(
-        config, env_info(config.env), run_dir, resume=payload, progress_bar=False,
-        on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint,
-    )
-    outcome = trainer.train()
+    hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint)
+    if has_checkpoint(run_dir):
+        # The saved run, with what a resume may change (run length, device, threads) from the sweep.
+        outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+    else:
+        discard_unsaved_start(run_dir)
+        settings = dataclasses.asdict(config)
+        command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
+        outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, **hooks, **settings)
     if not outcome.finished:
         reason = outcome.error or outcome.stop.value
         raise TrialFailed(f"the trainer stopped with exit code {EXIT_CODES[outcome.stop]} ({reason})")
