@@ -242,6 +242,9 @@ class Trainer:
         return {
             "config": dataclasses.asdict(self.config),
             "env_id": self.info.env_id,
+            # The Box's bounds, which a Gaussian policy's actions are clipped to (empty for discrete actions).
+            "action_low": list(self.info.action_low),
+            "action_high": list(self.info.action_high),
             "model_spec": self.model.spec(),
             "model": self.model.state_dict(),
             "average_model": self.agent.average_model.state_dict(),
