@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 
 from acer_sync.cli import OneLineParser
-from acer_sync.errors import EXIT_INTERRUPTED, UserError, run_cli
+from acer_sync.errors import EXIT_INTERRUPTED, EXIT_TRIAL_FAILED, UserError, print_error, run_cli
 from sweeps.spec import load_sweep
 
-#: Exit code when some trial failed for good (after its restarts); the others ran to the end.
-EXIT_TRIAL_FAILED = 1
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -57,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {summary}", flush=True)
     failed = [outcome for outcome in outcomes if outcome.status == "failed"]
     for outcome in failed:
-        print(f"sweep.py: error: trial {outcome.name} failed: {outcome.error}", file=sys.stderr, flush=True)
+        print_error("sweep.py", f"trial {outcome.name} failed: {outcome.error}")
     unfinished = [outcome for outcome in outcomes if outcome.status == "unfinished"]
     if unfinished:
         print(f"sweep.py: interrupted with {len(unfinished)} trial(s) unfinished; run the same command again to continue",

@@ -1,4 +1,5 @@
-"""One sweep trial: the Ray Tune function trainable that runs the Trainer in its own process.
+"""One sweep trial: the Ray Tune function trainable that runs one training (:func:`acer_sync.api.run`)
+in its own process.
 
 The trial is a normal run in its run directory (``config.json``, ``progress.csv``, ``tb/``,
 ``checkpoints/``), as ``train.py`` would write it. Each progress row goes to Tune through the
@@ -35,18 +36,13 @@ from pathlib import Path
 import ray
 from ray import tune
 
-from acer_sync.checkpoint import LATEST, load_checkpoint
+from acer_sync import api
+from acer_sync.checkpoint import LATEST
 from acer_sync.config import Config
-from acer_sync.errors import EXIT_INTERRUPTED
-from acer_sync.learn import EXIT_ENV_DIED, EXIT_NONFINITE, RESUMABLE_CHANGES, Trainer
-from acer_sync.run_metadata import write_config
-from atari.envs import env_info
+from acer_sync.errors import EXIT_CODES
+from acer_sync.learn import RESUMABLE_CHANGES, Trainer
+from acer_sync.outcome import Stop
 
-EXIT_REASONS = {
-    EXIT_ENV_DIED: "an env worker process died",
-    EXIT_NONFINITE: "too many non-finite updates in a row",
-    EXIT_INTERRUPTED: "interrupted",
-}
 #: The start of each line a trial prints for sweep.py's terminal; the trial's name and "] " follow.
 LINE_PREFIX = "[trial "
 #: Why a trial's Trainer stops when sweep.py was interrupted (its "... received: saving" line).
@@ -54,7 +50,7 @@ STOP_REASON = "sweep.py's SIGINT"
 
 
 class TrialFailed(RuntimeError):
-    """The Trainer stopped with a non-zero exit code."""
+    """The Trainer stopped before the end of the run."""
 
 
 @dataclass(frozen=True)
@@ -94,22 +90,14 @@ def wait_for_stop(stop_request: str, trainer: Trainer) -> None:
     trainer.request_stop(STOP_REASON)
 
 
-def resume_payload(run_dir: Path) -> dict | None:
-    """The run directory's checkpoint to continue from, or None for a trial that has none yet."""
-    return load_checkpoint(run_dir) if (run_dir / "checkpoints" / LATEST).is_file() else None
-
-
-def resumed_config(config: Config, payload: dict) -> Config:
-    """The saved run's config, with what a resume may change (run length, device, threads) from the sweep."""
-    saved = Config(**payload["config"])
-    return dataclasses.replace(saved, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
 
 
 def discard_unsaved_start(run_dir: Path) -> None:
-    """Remove the rows of an earlier start that died before its first checkpoint: the trial starts
+    """Remove what an earlier start that died before its first checkpoint left: the trial starts
     again from step 0, and its curve must not hold two runs."""
     (run_dir / "progress.csv").unlink(missing_ok=True)
     shutil.rmtree(run_dir / "tb", ignore_errors=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # empty: it holds no checkpoint
 
 
 class PrefixedLines(io.TextIOBase):
@@ -156,21 +144,15 @@ class TuneReporter:
         return self.trainer is not None and self.trainer.stop_requested()
 
 
-def start_run(trial: dict, driver: DriverContext) -> tuple[Config, dict | None]:
-    """Prepare the trial's run directory; its Config and the checkpoint to resume from.
-
-    A trial with no checkpoint yet starts (again) from step 0, and its ``config.json`` is written
-    with sweep.py's git commit.
-    """
+def start_run(trial: dict) -> tuple[Config, Path]:
+    """The trial's Config and run directory, made ready: a trial with no checkpoint yet starts
+    (again) from step 0 (its ``config.json`` is written with sweep.py's git commit)."""
     config = Config(**trial["config"])
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    payload = resume_payload(run_dir)
-    if payload is None:
+    if not (run_dir / "checkpoints" / LATEST).is_file():
         discard_unsaved_start(run_dir)
-        write_config(run_dir, config, ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"], commit=driver.git_commit)
-        return config, None
-    return resumed_config(config, payload), payload
+    return config, run_dir
 
 
 def run_trial(tune_config: dict, driver: DriverContext) -> None:
@@ -180,17 +162,23 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
     sys.stdout = PrefixedLines(sys.__stdout__, f"{LINE_PREFIX}{trial['name']}] ")
     node_id = ray.get_runtime_context().get_node_id()
     print(f"running in process {os.getpid()} on node {ray.util.get_node_ip_address()} (node id {node_id[:12]})", flush=True)
-    config, payload = start_run(trial, driver)
+    config, run_dir = start_run(trial)
     reporter = TuneReporter()
-    trainer = Trainer(
-        config, env_info(config.env, config.env_kwargs), Path(trial["run_dir"]), resume=payload, progress_bar=False,
-        on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint,
-    )
-    reporter.trainer = trainer
-    threading.Thread(target=wait_for_stop, args=(driver.stop_request, trainer), daemon=True).start()
-    exit_code = trainer.train()
-    if exit_code == EXIT_INTERRUPTED and trainer.stop_requested():
+
+    def on_start(trainer: Trainer) -> None:
+        reporter.trainer = trainer
+        threading.Thread(target=wait_for_stop, args=(driver.stop_request, trainer), daemon=True).start()
+
+    hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint, on_start=on_start)
+    if (run_dir / "checkpoints" / LATEST).is_file():
+        # The saved run, with what a resume may change (run length, device, threads) from the sweep.
+        outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+    else:
+        settings = dataclasses.asdict(config)
+        command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
+        outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, commit=driver.git_commit, **hooks, **settings)
+    if outcome.stop is Stop.INTERRUPTED and reporter.stopping():
         threading.Event().wait()  # saved; Tune ends this process, as it stops every trial
-    if exit_code != 0:
-        reason = EXIT_REASONS.get(exit_code, "see the Ray worker log")
-        raise TrialFailed(f"the trainer stopped with exit code {exit_code} ({reason})")
+    if not outcome.finished:
+        reason = outcome.error or outcome.stop.value
+        raise TrialFailed(f"the trainer stopped with exit code {EXIT_CODES[outcome.stop]} ({reason})")

@@ -203,6 +203,8 @@ def test_ctrl_c_saves_a_checkpoint_of_each_running_trial(tmp_path):
     [
         ("name: x\nenvs: [CartPole-v1]\nseeds: [0]\ngrid: {lr: [1]}\n", "unknown key 'grid'"),
         ("name: x\nenvs: [CartPole-v1]\nseeds: [0]\nsettings: {replay_ratio: lots}\n", "replay_ratio must be a number, got 'lots'"),
+        # Refused before Ray starts, not by the trial (which Tune would retry).
+        ("name: x\nenvs: [PongNoFrameskip-v4]\nseeds: [0]\nsettings: {normalize_obs: true}\n", "--normalize-obs is for vector observations"),
         (None, "no such file"),
     ],
 )
@@ -248,6 +250,9 @@ def test_sweep_file_expands_env_seed_and_grid_axes_into_named_trials(tmp_path):
         (BASE + "settings: {total_timesteps: true}\n", "total_timesteps must be an integer, got True"),
         (BASE + "settings: {gamma: 1.5}\n", "trial CartPole-v1_seed0: --gamma must be in (0, 1]"),
         (BASE + "settings: {vec_env: fast}\n", "vec_env must be one of ale, subproc, sync"),
+        (BASE + "settings: {network: [mlp, cnn]}\n", "trial CartPole-v1_seed0_networkcnn: --network cnn does not fit CartPole-v1"),
+        ("name: s\nenvs: [PongNoFrameskip-v4]\nseeds: [0]\nsettings: {normalize_obs: true}\n",
+         "trial PongNoFrameskip-v4_seed0: --normalize-obs is for vector observations"),
         (BASE + "trial: {cpus: 0}\n", "trial.cpus must be a whole number >= 1"),
         (BASE + "trial: {gpus: 1.5}\n", "trial.gpus must be a fraction in [0, 1] or a whole number"),
         (BASE + "trial: {memory: 3}\n", "unknown key trial.memory"),
@@ -355,13 +360,13 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
     def train():
         trainer = Trainer(config, env_info(config.env), tmp_path, progress_bar=False,
                           on_progress=rows.append, on_checkpoint=checkpoints.append)
-        outcome["code"] = trainer.train()
+        outcome["finished"] = trainer.train().finished
 
     worker = threading.Thread(target=train)
     worker.start()
     worker.join(timeout=120)
     torch.set_num_threads(threads_before)
-    assert outcome == {"code": 0}
+    assert outcome == {"finished": True}
     assert [row["total_timesteps"] for row in rows] == [int(row["total_timesteps"]) for row in read_progress(tmp_path)]
     assert rows[-1]["total_timesteps"] == 100
     assert checkpoints == [tmp_path / "checkpoints" / "latest.pt"] * 3  # at 40 and 80 steps, and at the end
