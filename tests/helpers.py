@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import pytest
 import torch
 
 from acer_sync.buffer import Batch
@@ -88,3 +90,31 @@ def trial_processes(sweep_output: str, trial: str) -> list[tuple[int, str]]:
 def trial_resume_steps(sweep_output: str, trial: str) -> list[int]:
     """The step of each resume of ``trial``, in order, from sweep.py's output."""
     return [int(match["step"]) for match in TRIAL_RESUMES.finditer(sweep_output) if match["trial"] == trial]
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, log: Path, seconds: float):
+    """Poll ``condition()`` until it returns something truthy; fail if sweep.py exits first."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        if process.poll() is not None:
+            pytest.fail(f"sweep.py exited ({process.returncode}) before {what}:\n{log.read_text()}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
+
+
+class NaNRewardsAfter(gym.Wrapper):
+    """CartPole whose rewards are NaN from this env instance's step ``first_nan_step`` on."""
+
+    first_nan_step = 30
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, float("nan") if self.steps >= self.first_nan_step else reward, terminated, truncated, info

@@ -18,7 +18,7 @@ from acer_sync.config import PRESETS
 from acer_sync.outcome import Stop
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import NeverFire, read_progress
+from helpers import NaNRewardsAfter, NeverFire, read_progress
 
 #: A few hundred CartPole steps in this process: 2 envs x 20 steps per iteration.
 SMALL = dict(num_envs=2, total_timesteps=200, vec_env="sync", device="cpu", eval_every=0, log_interval=1, hidden="16")
@@ -148,17 +148,10 @@ def test_bad_input_is_one_user_error_line_and_leaves_no_directory(tmp_path, caps
     no_error_lines(capsys)
 
 
-class NaNRewards(gym.Wrapper):
+class NaNRewards(NaNRewardsAfter):
     """CartPole whose rewards are NaN from its 30th step."""
 
-    def __init__(self):
-        super().__init__(gym.make("CartPole-v1"))
-        self.steps = 0
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        return obs, float("nan") if self.steps >= 30 else reward, terminated, truncated, info
+    first_nan_step = 30
 
 
 def test_a_run_that_stops_raises_training_stopped_and_prints_no_error_line(tmp_path, capsys):

@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import pytest
 
 from acer_sync.checkpoint import load_checkpoint
 from helpers import ROOT, one_line_error, read_progress, trial_processes, trial_resume_steps
+from helpers import wait_for as wait_for_condition
 
 TOTAL_STEPS = 6400
 STEPS_PER_ROW = 4 * 20 * 5  # num_envs x nsteps x log_interval
@@ -105,16 +105,8 @@ def sweep_command(sweep_file: Path, runs_dir: Path, address: str) -> list[str]:
 
 
 def wait_for(condition, what: str, process: subprocess.Popen, log: Path):
-    """Poll ``condition()`` until it returns something truthy; fail if sweep.py exits first."""
-    deadline = time.time() + WAIT_SECONDS
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        if process.poll() is not None:
-            pytest.fail(f"sweep.py exited ({process.returncode}) before {what}:\n{log.read_text()}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
+    """:func:`helpers.wait_for` with this file's time limit."""
+    return wait_for_condition(condition, what, process, log, WAIT_SECONDS)
 
 
 @pytest.fixture(scope="module")

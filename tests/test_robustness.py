@@ -18,7 +18,7 @@ from acer_sync.errors import EXIT_CODES, exit_code
 from acer_sync.learn import Trainer
 from acer_sync.outcome import Stop
 from atari.envs import env_info
-from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
+from helpers import ROOT, NaNRewardsAfter, one_line_error, read_progress, start_long_cartpole_run
 
 
 def cartpole_config(**overrides):
@@ -104,17 +104,10 @@ def test_resume_without_saved_buffer_says_it_starts_empty(tmp_path, capsys):
     assert "no saved replay buffer, so it starts empty on resume" in capsys.readouterr().out
 
 
-class NaNRewardCartPole(gym.Wrapper):
+class NaNRewardCartPole(NaNRewardsAfter):
     """CartPole whose rewards turn NaN after 150 steps of this env instance."""
 
-    def __init__(self):
-        super().__init__(gym.make("CartPole-v1"))
-        self.steps = 0
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        return obs, float("nan") if self.steps > 150 else reward, terminated, truncated, info
+    first_nan_step = 151
 
 
 gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole)

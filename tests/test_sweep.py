@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from acer_sync.config_file import load_config_file, load_env_settings
 from acer_sync.errors import UserError
 from sweeps.spec import load_sweep
 from helpers import ROOT, one_line_error, read_progress, trial_processes, trial_resume_steps
+from helpers import wait_for as wait_for_condition
 
 TOTAL_STEPS = 16_000
 STEPS_PER_ROW = 4 * 20 * 5  # num_envs x nsteps x log_interval
@@ -48,16 +48,8 @@ WAIT_SECONDS = 180
 
 
 def wait_for(condition, what: str, process: subprocess.Popen, log: Path):
-    """Poll ``condition()`` until it returns something truthy; fail if the sweep exits first."""
-    deadline = time.time() + WAIT_SECONDS
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        if process.poll() is not None:
-            pytest.fail(f"sweep.py exited ({process.returncode}) before {what}:\n{log.read_text()}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
+    """:func:`helpers.wait_for` with this file's time limit."""
+    return wait_for_condition(condition, what, process, log, WAIT_SECONDS)
 
 
 def start_sweep(sweep_file: Path, runs_dir: Path, log: Path) -> subprocess.Popen:
