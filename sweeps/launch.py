@@ -147,17 +147,18 @@ def connection_problem(address: str, error: BaseException, native_log: str) -> s
     return f"cannot reach a Ray cluster at --address {address}: {one_line(str(error))}"
 
 
-def code_excludes(sweep_dir: Path) -> list[str]:
-    """What is not shipped to a cluster: :data:`CODE_EXCLUDES`, and the sweep's directory where
-    ``--runs-dir`` lies inside the repository (its checkpoints would count against Ray's limit)."""
+def code_excludes(runs_dir: Path) -> list[str]:
+    """What is not shipped to a cluster: :data:`CODE_EXCLUDES`, and ``--runs-dir`` where it lies
+    inside the repository (every run's checkpoints would count against Ray's limit); where it is
+    the repository itself, the sweeps' directories cannot be told from the code, so none is left out."""
     try:
-        inside = sweep_dir.resolve().relative_to(REPO_ROOT)
+        inside = runs_dir.resolve().relative_to(REPO_ROOT)
     except ValueError:
         return list(CODE_EXCLUDES)
-    return [*CODE_EXCLUDES, f"/{inside.as_posix()}/"]
+    return list(CODE_EXCLUDES) if inside == Path(".") else [*CODE_EXCLUDES, f"/{inside.as_posix()}/"]
 
 
-def start_ray(address: str | None, sweep_dir: Path) -> None:
+def start_ray(address: str | None, runs_dir: Path) -> None:
     """Join the Ray cluster at ``address``, or start a local Ray with this machine's cores.
 
     Every failure to join is one :class:`UserError` line: a refused or missing authentication
@@ -167,7 +168,7 @@ def start_ray(address: str | None, sweep_dir: Path) -> None:
     if address is None:
         ray.init(num_cpus=os.cpu_count(), **options)
     else:
-        runtime_env = {"working_dir": str(REPO_ROOT), "excludes": code_excludes(sweep_dir)}
+        runtime_env = {"working_dir": str(REPO_ROOT), "excludes": code_excludes(runs_dir)}
         print(f"joining the Ray cluster at {address}", flush=True)
         failure = None
         with native_stderr_captured() as native_log:
@@ -348,7 +349,7 @@ def run_sweep(sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | Non
     sweep_dir = (runs_dir / sweep.name).resolve()
     check_same_sweep(sweep, sweep_dir)
     quiet_ray()
-    start_ray(address, sweep_dir)
+    start_ray(address, runs_dir)
     try:
         with forward_trial_lines():
             if address is not None:

@@ -90,8 +90,6 @@ def wait_for_stop(stop_request: str, trainer: Trainer) -> None:
     trainer.request_stop(STOP_REASON)
 
 
-
-
 def discard_unsaved_start(run_dir: Path) -> None:
     """Remove what an earlier start that died before its first checkpoint left: the trial starts
     again from step 0, and its curve must not hold two runs."""
@@ -145,8 +143,9 @@ class TuneReporter:
 
 
 def start_run(trial: dict) -> tuple[Config, Path]:
-    """The trial's Config and run directory, made ready: a trial with no checkpoint yet starts
-    (again) from step 0 (its ``config.json`` is written with sweep.py's git commit)."""
+    """The trial's Config and run directory, made ready: what a start that died before its first
+    checkpoint left is removed, so that the trial starts again from step 0 (and :func:`run_trial`'s
+    ``api.run`` writes its ``config.json`` with sweep.py's git commit)."""
     config = Config(**trial["config"])
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)

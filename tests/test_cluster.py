@@ -115,8 +115,9 @@ def lost_node(cluster):
     runs_dir = ROOT / f".test-cluster-runs-{secrets.token_hex(4)}"
     sweep_dir = runs_dir / "lost-node"
     try:
-        (sweep_dir / "earlier").mkdir(parents=True)
-        (sweep_dir / "earlier" / "large.bin").write_bytes(os.urandom(LARGE_FILE))
+        # Another sweep's run under the same --runs-dir: all of it stays out of the upload.
+        (runs_dir / "an-earlier-sweep").mkdir(parents=True)
+        (runs_dir / "an-earlier-sweep" / "large.bin").write_bytes(os.urandom(LARGE_FILE))
         sweep_file, log = cluster.root / "lost-node.yaml", cluster.root / "lost-node.log"
         sweep_file.write_text(SWEEP_YAML)
         env = {**cluster.env, "RAY_max_grpc_message_size": str(UPLOAD_LIMIT)}

@@ -400,12 +400,24 @@ def test_a_node_that_cannot_see_the_drivers_probe_says_so(tmp_path):
 
 
 def test_a_trial_records_the_git_commit_sweep_py_gives_it(tmp_path, monkeypatch):
-    """The code a cluster's node runs is a copy without .git, where the trial finds no commit."""
-    from acer_sync import run_metadata
-    from sweeps.trial import DriverContext, start_run
+    """The code a cluster's node runs is a copy without .git, where the trial finds no commit; a
+    trial's run takes sweep.py's (sweeps/trial.py passes DriverContext.git_commit to api.run)."""
+    from acer_sync import api, run_metadata
 
     monkeypatch.setattr(run_metadata, "git_commit", lambda: "unknown")
-    config = build_config(False, dict(env="CartPole-v1", seed=0, threads=1))
-    trial = {"name": "t", "run_dir": str(tmp_path / "t"), "sweep_file": "s.yaml", "config": dataclasses.asdict(config)}
-    assert start_run(trial, DriverContext(git_commit="0123abcd", stop_request="stop")) == (config, None)
+    outcome = api.run(
+        "CartPole-v1", run_dir=tmp_path / "t", commit="0123abcd", progress_bar=False, total_timesteps=16, num_envs=2,
+        nsteps=8, vec_env="sync", eval_every=0, threads=1,
+    )
+    assert outcome.finished
     assert json.loads((tmp_path / "t" / "config.json").read_text())["git_commit"] == "0123abcd"
+
+
+def test_run_directories_inside_the_repository_stay_out_of_the_upload():
+    from sweeps.launch import CODE_EXCLUDES, REPO_ROOT, code_excludes
+
+    # Every sweep under a --runs-dir inside the repository, not only this one's.
+    assert code_excludes(REPO_ROOT / "myruns") == [*CODE_EXCLUDES, "/myruns/"]
+    assert code_excludes(REPO_ROOT / "out" / "runs") == [*CODE_EXCLUDES, "/out/runs/"]
+    assert code_excludes(Path("/somewhere/else/runs")) == list(CODE_EXCLUDES)
+    assert code_excludes(REPO_ROOT) == list(CODE_EXCLUDES)
