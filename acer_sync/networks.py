@@ -36,8 +36,10 @@ LOG_STD_MAX = 2.0
 class NatureCNN(nn.Module):
     """The Nature-DQN torso (Mnih et al. 2015): three convolutions and a 512-unit layer.
 
-    Takes ``[B, stack, 84, 84]`` uint8 frames; the conversion to float and the 1/255 scale happen
-    here, on whatever device the module lives on.
+    Takes uint8 frames ``[B, stack, H, W]`` (Atari: ``[B, 4, 84, 84]``) or, for images with
+    channels, ``[B, stack, C, H, W]``, whose stack and channel axes become the ``in_channels``
+    input channels. The conversion to float and the 1/255 scale happen here, on whatever device
+    the module lives on.
     """
 
     def __init__(self, in_channels: int, frame_shape: tuple[int, int]):
@@ -57,8 +59,9 @@ class NatureCNN(nn.Module):
         self.out_features = 512
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        frames = obs.reshape(obs.shape[0], -1, *obs.shape[-2:])  # [B, stack·C, H, W]
         # channels_last (NHWC) convolutions measured 11% faster per update on the 2-core CPU.
-        frames = (obs.float() / 255.0).contiguous(memory_format=torch.channels_last)
+        frames = (frames.float() / 255.0).contiguous(memory_format=torch.channels_last)
         return self.fc(self.convs(frames))
 
 
@@ -128,7 +131,7 @@ class ActorCritic(FeedForward, nn.Module):
             raise ValueError("observation normalization is for vector observations (the mlp architecture)")
         self.normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
         if arch == "cnn":
-            self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
+            self.torso: nn.Module = NatureCNN(math.prod(obs_shape[:-2]), tuple(obs_shape[-2:]))
             self.q_torso: nn.Module | None = None
         elif arch == "mlp":
             in_features = 1
@@ -304,7 +307,7 @@ class Recurrent(nn.Module):
         self.lstm_size = lstm_size
         self.normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
         if arch == "cnn_lstm":
-            self.torso: nn.Module = NatureCNN(obs_shape[0], tuple(obs_shape[1:]))
+            self.torso: nn.Module = NatureCNN(math.prod(obs_shape[:-2]), tuple(obs_shape[-2:]))
             for layer in self.torso.modules():
                 if isinstance(layer, (nn.Conv2d, nn.Linear)):
                     nn.init.orthogonal_(layer.weight, gain=2**0.5)
