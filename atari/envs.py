@@ -133,10 +133,6 @@ def resolve_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         raise UserError(f"unknown env id {name!r}{where}{hint}") from None
 
 
-def is_atari(env_id: str) -> bool:
-    return resolve_spec(env_id).entry_point == ATARI_ENTRY_POINT
-
-
 def kwargs_text(env_kwargs: dict) -> str:
     """``--env-kwargs`` as typed: ``KEY=VALUE`` pairs."""
     return " ".join(f"{key}={value}" for key, value in env_kwargs.items())
