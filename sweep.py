@@ -31,6 +31,9 @@ def parse_args(argv: list[str]):
     parser.add_argument("--runs-dir", type=Path, default=None,
                         help="trials go to RUNS_DIR/<sweep>/<trial>/ (default: runs); with --address, a directory "
                         "every node mounts at the same path, such as an NFS mount")
+    parser.add_argument("--stop-wait", type=float, default=None, metavar="SECONDS",
+                        help="how long the first Ctrl-C waits for the running trials to save a checkpoint before "
+                        "Tune stops them (default: 30); a second Ctrl-C stops them at once")
     return parser.parse_args(argv)
 
 
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("with --address, give --runs-dir a directory that every node of the cluster mounts at the "
                             "same path (the default runs/ is on this machine only)")
         args.runs_dir = DEFAULT_RUNS_DIR
+    if args.stop_wait is not None and not args.stop_wait >= 0:
+        raise UserError(f"--stop-wait must be a number of seconds >= 0, got {args.stop_wait}")
     if ".." in args.runs_dir.parts:
         raise UserError(f"--runs-dir {args.runs_dir} contains '..'; give the directory without parent references")
     print(f"sweep {sweep.name}: {len(sweep.trials)} trials, {sweep.cpus} CPU and {sweep.gpus:g} GPU each, "
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.launch import run_sweep
     from sweeps.summary import write_summary
 
-    outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address)
+    outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address, args.stop_wait)
     summary = write_summary(sweep, (args.runs_dir / sweep.name).resolve(), outcomes)
     print(f"wrote {summary}", flush=True)
     failed = [outcome for outcome in outcomes if outcome.status == "failed"]

@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,14 +270,26 @@ class TrialLines(tune.Callback):
         print(f"trial {trial_name(trial)} failed for good; sweep.py names its error at the end", flush=True)
 
 
-def request_stop() -> None:
-    """Set the sweep's stop request (from a thread: Ray calls do not belong in a signal handler)."""
-    if not ray.is_initialized():
-        return
+#: How long sweep.py's first Ctrl-C waits, by default, for the running trials to save before Tune
+#: stops them (``sweep.py --stop-wait``): a training iteration takes seconds, one with an Atari
+#: evaluation or a --save-buffer save of gigabytes may take longer.
+STOP_WAIT_SECONDS = 30.0
+
+
+def request_stop(wait_seconds: float) -> None:
+    """Set the sweep's stop request, wait until every training trial has saved (at most
+    ``wait_seconds``), then send SIGINT again to the main thread, where Tune's handler then runs.
+    From a thread: Ray calls do not belong in a signal handler."""
     try:
-        ray.get(ray.get_actor(STOP_REQUEST).set.remote(), timeout=30)
+        if ray.is_initialized():
+            stop_request = ray.get_actor(STOP_REQUEST)
+            ray.get(stop_request.set.remote(), timeout=30)
+            deadline = time.monotonic() + wait_seconds
+            while ray.get(stop_request.waiting_for.remote(), timeout=30) and time.monotonic() < deadline:
+                time.sleep(0.2)
     except (ray.exceptions.RayError, ValueError, TimeoutError):
         pass  # Ray is going: the trials' processes go with it, and their last checkpoints stay
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 
 class StopTrialsOnInterrupt(tune.Callback):
@@ -284,8 +297,13 @@ class StopTrialsOnInterrupt(tune.Callback):
 
     Tune catches the first SIGINT of ``fit()`` itself: it ends its loop, saves its state and then
     stops the trials' processes, giving each a few seconds. This wraps Tune's handler (installed
-    once the loop runs) so that the same signal also sets the trials' stop request at once.
+    once the loop runs): the first SIGINT only sets the trials' stop request, and Tune's handler
+    runs on the SIGINT that :func:`request_stop` sends once the trials have saved (or
+    ``wait_seconds`` passed), or on a second Ctrl-C. (Tune stopping a trial that had not yet heard of the request would end it unsaved.)
     """
+
+    def __init__(self, wait_seconds: float):
+        self.wait_seconds = wait_seconds
 
     def on_step_begin(self, iteration, trials, **info):
         if threading.current_thread() is not threading.main_thread():
@@ -293,13 +311,33 @@ class StopTrialsOnInterrupt(tune.Callback):
         tune_handler = signal.getsignal(signal.SIGINT)
         if getattr(tune_handler, "stops_trials", False) or not callable(tune_handler):
             return
+        asked = []
 
         def stop_trials_then_tune(signum, frame):
-            threading.Thread(target=request_stop, daemon=True).start()
-            tune_handler(signum, frame)
+            if asked:
+                tune_handler(signum, frame)
+                return
+            asked.append(True)
+            threading.Thread(target=request_stop, args=(self.wait_seconds,), daemon=True).start()
 
         stop_trials_then_tune.stops_trials = True
         signal.signal(signal.SIGINT, stop_trials_then_tune)
+
+    def _not_training(self, trial) -> None:
+        """A trial whose process ended (died with its node, failed or finished) saves nothing more."""
+        try:
+            ray.get_actor(STOP_REQUEST).done.remote(trial_name(trial))
+        except (ray.exceptions.RayError, ValueError):
+            pass
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self._not_training(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._not_training(trial)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._not_training(trial)
 
 
 def final_steps(run_dir: Path) -> int:
@@ -312,7 +350,7 @@ def final_steps(run_dir: Path) -> int:
         return 0
 
 
-def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverContext) -> Tuner:
+def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverContext, stop_wait: float) -> Tuner:
     """A new Tuner for ``sweep``, or the saved one restored when ``sweep_dir`` already holds it."""
     trainable = tune.with_resources(tune.with_parameters(run_trial, driver=driver), {"cpu": sweep.cpus, "gpu": sweep.gpus})
     experiment = sweep_dir / TUNE_DIR
@@ -338,14 +376,17 @@ def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverCo
             storage_path=str(sweep_dir),
             failure_config=FailureConfig(max_failures=sweep.failures),
             progress_reporter=reporter,
-            callbacks=[TrialLines(), StopTrialsOnInterrupt()],
+            callbacks=[TrialLines(), StopTrialsOnInterrupt(stop_wait)],
             verbose=1,
         ),
     )
 
 
-def run_sweep(sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | None) -> list[TrialOutcome]:
-    """Run (or continue) ``sweep`` under ``runs_dir/<name>/``; how each trial ended."""
+def run_sweep(
+    sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | None, stop_wait: float | None = None,
+) -> list[TrialOutcome]:
+    """Run (or continue) ``sweep`` under ``runs_dir/<name>/``; how each trial ended. A Ctrl-C waits
+    up to ``stop_wait`` seconds (default :data:`STOP_WAIT_SECONDS`) for the running trials to save."""
     sweep_dir = (runs_dir / sweep.name).resolve()
     check_same_sweep(sweep, sweep_dir)
     quiet_ray()
@@ -360,7 +401,9 @@ def run_sweep(sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | Non
             driver = DriverContext(git_commit=git_commit(), stop_request=STOP_REQUEST)
             sigint_handler = signal.getsignal(signal.SIGINT)
             try:
-                results = make_tuner(sweep, sweep_file.resolve(), sweep_dir, driver).fit()
+                results = make_tuner(
+                    sweep, sweep_file.resolve(), sweep_dir, driver, STOP_WAIT_SECONDS if stop_wait is None else stop_wait,
+                ).fit()
             finally:
                 signal.signal(signal.SIGINT, sigint_handler)  # Tune's (and StopTrialsOnInterrupt's) end with fit()
             errors = {result.config["trial"]["name"]: result.error for result in results if result.error is not None}

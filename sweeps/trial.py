@@ -13,8 +13,9 @@ gives it.
 
 When sweep.py is interrupted it sets the sweep's :class:`StopRequest`. Each trial waits on it in a
 thread and then asks its Trainer to stop: the Trainer finishes its iteration and saves a checkpoint,
-as ``train.py`` does on SIGINT. The trial then waits for Tune to end its process, since a trial
-that returned would count as finished.
+as ``train.py`` does on SIGINT. The trial tells the StopRequest it saved, and waits for Tune to end
+its process, since a trial that returned would count as finished; sweep.py lets Tune stop the
+trials only once every training trial has saved.
 
 What the trial prints (one line per event: the process and node it runs on, the replay buffer's
 size, "resuming at step N", saving at a stop) goes out with a ``[trial NAME]`` prefix, which
@@ -69,16 +70,32 @@ class DriverContext:
 @ray.remote(num_cpus=0)
 class StopRequest:
     """Set once by sweep.py when it is interrupted; every trial waits on it (an async actor, so a
-    wait does not hold up the others or the ``set``)."""
+    wait does not hold up the others or the ``set``).
+
+    Trials register while they train and say when they have saved at the stop, so that sweep.py
+    lets Tune stop them only then (:func:`sweeps.launch.request_stop`): a trial that reported a row
+    to Tune before it heard of the stop would otherwise be ended before it saved.
+    """
 
     def __init__(self):
         self.requested = asyncio.Event()
+        self.unsaved: set[str] = set()
 
     async def wait(self) -> None:
         await self.requested.wait()
 
     async def set(self) -> None:
         self.requested.set()
+
+    async def training(self, trial: str) -> None:
+        self.unsaved.add(trial)
+
+    async def done(self, trial: str) -> None:
+        """The trial saved at the stop, or stopped training for another reason."""
+        self.unsaved.discard(trial)
+
+    async def waiting_for(self) -> list[str]:
+        return sorted(self.unsaved)
 
 
 def wait_for_stop(stop_request: str, trainer: Trainer) -> None:
@@ -163,19 +180,24 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
     print(f"running in process {os.getpid()} on node {ray.util.get_node_ip_address()} (node id {node_id[:12]})", flush=True)
     config, run_dir = start_run(trial)
     reporter = TuneReporter()
+    stop_request = ray.get_actor(driver.stop_request)
 
     def on_start(trainer: Trainer) -> None:
         reporter.trainer = trainer
+        ray.get(stop_request.training.remote(trial["name"]))
         threading.Thread(target=wait_for_stop, args=(driver.stop_request, trainer), daemon=True).start()
 
     hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint, on_start=on_start)
-    if (run_dir / "checkpoints" / LATEST).is_file():
-        # The saved run, with what a resume may change (run length, device, threads) from the sweep.
-        outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
-    else:
-        settings = dataclasses.asdict(config)
-        command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
-        outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, commit=driver.git_commit, **hooks, **settings)
+    try:
+        if (run_dir / "checkpoints" / LATEST).is_file():
+            # The saved run, with what a resume may change (run length, device, threads) from the sweep.
+            outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+        else:
+            settings = dataclasses.asdict(config)
+            command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
+            outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, commit=driver.git_commit, **hooks, **settings)
+    finally:
+        ray.get(stop_request.done.remote(trial["name"]))  # saved at a stop, or not training any more
     if outcome.stop is Stop.INTERRUPTED and reporter.stopping():
         threading.Event().wait()  # saved; Tune ends this process, as it stops every trial
     if not outcome.finished:

@@ -52,10 +52,10 @@ def wait_for(condition, what: str, process: subprocess.Popen, log: Path):
     return wait_for_condition(condition, what, process, log, WAIT_SECONDS)
 
 
-def start_sweep(sweep_file: Path, runs_dir: Path, log: Path) -> subprocess.Popen:
+def start_sweep(sweep_file: Path, runs_dir: Path, log: Path, *extra: str) -> subprocess.Popen:
     with open(log, "w") as handle:
         return subprocess.Popen(
-            [sys.executable, str(ROOT / "sweep.py"), str(sweep_file), "--runs-dir", str(runs_dir)],
+            [sys.executable, str(ROOT / "sweep.py"), str(sweep_file), "--runs-dir", str(runs_dir), *extra],
             cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, text=True,
         )
 
@@ -66,7 +66,9 @@ def sweep_scenario(tmp_path_factory):
     sweep_file, runs_dir, log = root / "pair.yaml", root / "runs", root / "first.log"
     sweep_file.write_text(SWEEP_YAML)
     sweep_dir = runs_dir / "pair"
-    process = start_sweep(sweep_file, runs_dir, log)
+    # Seed 1's trial is frozen (SIGSTOP) when the sweep is interrupted, so it never saves: a short
+    # --stop-wait lets Tune stop it soon.
+    process = start_sweep(sweep_file, runs_dir, log, "--stop-wait", "5")
     held_pid = None
     try:
         killed_pid = wait_for(
@@ -386,6 +388,15 @@ def test_address_without_a_runs_dir_is_refused_before_joining(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     line = one_line_error(result)
     assert "with --address, give --runs-dir a directory that every node of the cluster mounts at the same path" in line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_stop_wait_is_refused_before_ray_starts(tmp_path, value):
+    path = write(tmp_path, BASE)
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path), "--stop-wait", value],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert f"--stop-wait must be a number of seconds >= 0, got {float(value)}" in one_line_error(result)
     assert not (tmp_path / "runs").exists()
 
 
