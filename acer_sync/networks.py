@@ -33,6 +33,12 @@ LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
 
 
+def init_orthogonal(layer: nn.Module, gain: float) -> None:
+    """Baselines' initialisation of one layer: orthogonal weights scaled by ``gain``, zero biases."""
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    nn.init.zeros_(layer.bias)
+
+
 class NatureCNN(nn.Module):
     """The Nature-DQN torso (Mnih et al. 2015): three convolutions and a 512-unit layer.
 
@@ -157,8 +163,7 @@ class ActorCritic(FeedForward, nn.Module):
         """
         layers = [m for m in self.torso.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
         for layer, gain in [(m, 2**0.5) for m in layers] + [(self.policy_head, 0.01), (self.q_head, 1.0)]:
-            nn.init.orthogonal_(layer.weight, gain=gain)
-            nn.init.zeros_(layer.bias)
+            init_orthogonal(layer, gain)
 
     def spec(self) -> dict:
         """The constructor arguments: what a checkpoint must match to be loaded into this net.
@@ -240,8 +245,7 @@ class GaussianActorCritic(FeedForward, nn.Module):
         self.advantage_torso = MLP(in_features + action_dim, hidden)
         self.advantage_head = nn.Linear(self.advantage_torso.out_features, 1)
         # A small initial mean keeps the first actions near the middle of the Box.
-        nn.init.orthogonal_(self.mean_head.weight, gain=0.01)
-        nn.init.zeros_(self.mean_head.bias)
+        init_orthogonal(self.mean_head, 0.01)
 
     def spec(self) -> dict:
         return dict(
@@ -310,8 +314,7 @@ class Recurrent(nn.Module):
             self.torso: nn.Module = NatureCNN(math.prod(obs_shape[:-2]), tuple(obs_shape[-2:]))
             for layer in self.torso.modules():
                 if isinstance(layer, (nn.Conv2d, nn.Linear)):
-                    nn.init.orthogonal_(layer.weight, gain=2**0.5)
-                    nn.init.zeros_(layer.bias)
+                    init_orthogonal(layer, 2**0.5)
             self.torso.to(memory_format=torch.channels_last)
         else:
             self.torso = MLP(math.prod(self.obs_shape), hidden)
@@ -364,8 +367,7 @@ class RecurrentActorCritic(Recurrent):
         self.policy_head = nn.Linear(lstm_size, n_actions)
         self.q_head = nn.Linear(lstm_size, n_actions)
         for layer, gain in ((self.policy_head, 0.01), (self.q_head, 1.0)):
-            nn.init.orthogonal_(layer.weight, gain=gain)
-            nn.init.zeros_(layer.bias)
+            init_orthogonal(layer, gain)
 
     def spec(self) -> dict:
         return dict(
@@ -413,8 +415,7 @@ class RecurrentGaussianActorCritic(Recurrent):
         self.value_head = nn.Linear(lstm_size, 1)
         self.advantage_torso = MLP(lstm_size + action_dim, hidden or (64,))
         self.advantage_head = nn.Linear(self.advantage_torso.out_features, 1)
-        nn.init.orthogonal_(self.mean_head.weight, gain=0.01)
-        nn.init.zeros_(self.mean_head.bias)
+        init_orthogonal(self.mean_head, 0.01)
 
     def spec(self) -> dict:
         return dict(
