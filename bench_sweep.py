@@ -68,7 +68,7 @@ def one_after_the_other(sweep, root: Path) -> tuple[list[float], float]:
         run_dir = root / "sequential" / trial.name
         run_dir.mkdir(parents=True)
         trainer = Trainer(trial.config, env_info(trial.config.env, trial.config.env_kwargs), run_dir, progress_bar=False)
-        if trainer.train() != 0:
+        if not trainer.train().finished:
             raise UserError(f"the sequential run {trial.name} did not finish")
         seconds.append(training_seconds(run_dir))
     return seconds, time.perf_counter() - start

@@ -10,12 +10,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from acer_sync.checkpoint import load_checkpoint
+from acer_sync.api import is_callable_env
 from acer_sync.cli import OneLineParser
 from acer_sync.errors import UserError, run_cli
 from acer_sync.evaluation import evaluate
-from acer_sync.learn import select_device
-from acer_sync.networks import Network, canonical_spec, network_from_spec
+from acer_sync.policy import Policy, load
 from atari.envs import EnvInfo, VecEnv, env_info
 
 VIDEO_FPS = 30
@@ -36,23 +35,21 @@ def parse_args(argv: list[str]):
     return parser.parse_args(argv)
 
 
-def load_model(payload: dict, checkpoint: Path) -> tuple[Network, EnvInfo]:
-    """The checkpoint's network, and its env as the run made it (its ``env_kwargs`` included)."""
-    try:
-        spec = canonical_spec(payload["model_spec"])
-        env_id = payload["env_id"]
-        env_kwargs = payload.get("config", {}).get("env_kwargs", {})  # older checkpoints have none
-        model = network_from_spec(spec)
-        model.load_state_dict(payload["model"])
-    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
-        raise UserError(f"{checkpoint} does not hold a usable model ({type(error).__name__})") from None
-    info = env_info(env_id, env_kwargs)
+def policy_env(policy: Policy, checkpoint: Path) -> EnvInfo:
+    """The env the policy was trained on, checked against the network."""
+    if is_callable_env(policy.env_id):
+        raise UserError(
+            f"{checkpoint} was trained on an env that a Python callable makes ({policy.env_id.split('/', 1)[1]}), "
+            "which play.py cannot build; play it from Python with acer_sync.load(RUN_DIR).predict(observation)"
+        )
+    info = env_info(policy.env_id, policy.env_kwargs)
+    spec = policy.model.spec()
     if tuple(spec["obs_shape"]) != info.obs_shape or int(spec["n_actions"]) != info.n_actions:
         raise UserError(
             f"{checkpoint} was made for observations {tuple(spec['obs_shape'])} and {spec['n_actions']} actions, "
-            f"but {env_id} has {info.obs_shape} and {info.n_actions}"
+            f"but {policy.env_id} has {info.obs_shape} and {info.n_actions}"
         )
-    return model, info
+    return info
 
 
 def follow_the_agent(env: VecEnv) -> None:
@@ -82,11 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.video is not None and not args.render:
         # Read when MuJoCo is first imported (building the env below), so it must be set here.
         os.environ.setdefault("MUJOCO_GL", HEADLESS_GL)
-    payload = load_checkpoint(args.checkpoint)
-    model, info = load_model(payload, args.checkpoint)
-    env_id = info.env_id
-    device = select_device(args.device)
-    model.to(device).eval()
+    policy = load(args.checkpoint, args.device)
+    info = policy_env(policy, args.checkpoint)
+    model, device, env_id = policy.model, policy.device, policy.env_id
 
     render_mode = "rgb_array" if args.video is not None else ("human" if args.render else None)
     try:
@@ -127,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         scores = evaluate(
             model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
             generator=torch.Generator(device=device).manual_seed(args.seed),
-            on_step=record if args.video is not None else None,
+            on_step=record if args.video is not None else None, precision=policy.precision,
         )
     finally:
         if writer is not None:

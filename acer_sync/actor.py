@@ -5,12 +5,29 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from acer_sync.distributions import distribution_for
+from acer_sync.distributions import Distribution, distribution_for
 from acer_sync.networks import Network, State
 from acer_sync.precision import NetworkPasses
 from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
 from atari.stacking import FrameStacker
+
+
+def choose_actions(
+    model: Network | NetworkPasses, distribution: Distribution, obs: torch.Tensor, state: State, first: torch.Tensor, greedy: bool,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, State]:
+    """One step of acting: ``(actions [N, ...], stats [N, stat_size], next state)``.
+
+    The network steps from ``state`` through the observations ``obs [N, ...]`` (resetting the
+    state where ``first``), and the actions are the distribution's mode with ``greedy``, else a
+    sample (with ``generator``). The :class:`Actor` and :meth:`acer_sync.policy.Policy.predict`
+    both act through this.
+    """
+    features, state = model.step(obs, state, first)
+    stats = model.policy_of(features)
+    actions = distribution.greedy(stats) if greedy else distribution.sample(stats, generator=generator)
+    return actions, stats, state
 
 
 class Actor:
@@ -78,9 +95,7 @@ class Actor:
         if self.normalizer is not None:
             self.normalizer.update(obs)
         first = torch.from_numpy(self.first).to(self.device)
-        features, self.state = self.net.step(obs, self.state, first)
-        stats = self.net.policy_of(features)
-        actions = dist.greedy(stats) if self.greedy else dist.sample(stats, generator=self.generator)
+        actions, stats, self.state = choose_actions(self.net, dist, obs, self.state, first, self.greedy, self.generator)
         actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
         forced_envs, forced_actions = self.life_loss_actions.forced()
         if len(forced_envs):

@@ -217,8 +217,8 @@ class ReplayBuffer:
         self.steps_written += T
         self.segments_stored = min(self.segments_stored + 1, self.nsegments)
 
-    def _gather(self, segment_index: np.ndarray) -> Sample:
-        """The window and step data of segment ``segment_index[n]`` for each env n."""
+    def gather(self, segment_index: np.ndarray) -> Sample:
+        """The window and step data of segment ``segment_index[n]`` (a ring index) for each env n."""
         T = self.nsteps
         start = self.segment_start[segment_index]  # [N]
         window = start[None, :] + np.arange(-(self.stack - 1), T + 1)[:, None]  # [T+stack, N]
@@ -238,7 +238,7 @@ class ReplayBuffer:
         if self.segments_stored == 0:
             raise RuntimeError("the buffer is empty")
         index = ((self.steps_written - self.nsteps) // self.nsteps) % self.nsegments
-        return self._gather(np.full(self.num_envs, index))
+        return self.gather(np.full(self.num_envs, index))
 
     def state(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer, as plain arrays (for ``np.savez``)."""
@@ -280,11 +280,7 @@ class ReplayBuffer:
 
     def sample(self, rng: np.random.Generator) -> Sample:
         """The segments of :meth:`sample_indices`."""
-        return self._gather(self.sample_indices(rng))
-
-    def gather(self, segment_index: np.ndarray) -> Sample:
-        """Segment ``segment_index[n]`` (a ring index) for each env n."""
-        return self._gather(segment_index)
+        return self.gather(self.sample_indices(rng))
 
     def previous(self, segment_index: np.ndarray) -> tuple[Sample, np.ndarray]:
         """The segment stored just before each of ``segment_index`` (same env), and ``[N]`` flags
@@ -297,7 +293,7 @@ class ReplayBuffer:
             & (self.segment_start[previous_index] == starts - T)
             & (starts - T >= self.steps_written - self.num_steps_stored)
         )
-        return self._gather(previous_index), available
+        return self.gather(previous_index), available
 
 
 def to_batch(sample: Sample, fields: Iterable[Field], stack: int, device: torch.device) -> Batch:

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 import yaml
 
 from acer_sync.config import PRESETS, fields
 from acer_sync.config_file import check_env_kwargs
-from acer_sync.errors import EXIT_USER_ERROR, UserError
+from acer_sync.errors import UserError
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (``prog: error: ...``) and exit code 2."""
+    """argparse, but a usage error is a :class:`UserError`, which the script's
+    :func:`acer_sync.errors.run_cli` reports in one line (``prog: error: ...``) with exit code 2."""
 
     def error(self, message: str):
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
+        raise UserError(f"{message} (see --help)")
 
 
 def finite_float(text: str) -> float:

@@ -1,4 +1,11 @@
-"""User-facing errors: one line on stderr, exit code 2, no traceback."""
+"""How the scripts end: every exit code, and every ``prog: error: ...`` line, in one place.
+
+The library raises :class:`UserError` for bad input and returns an
+:class:`~acer_sync.outcome.Outcome` from a run; it never exits and never prints an error line.
+The scripts (``train.py``, ``play.py``, ``sweep.py``, ...) run their ``main`` under
+:func:`run_cli`, which turns a :class:`UserError` into one line and exit code 2, and a run's
+outcome into its exit code and line with :func:`exit_code`.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +14,41 @@ import signal
 import sys
 from typing import Callable
 
+from acer_sync.outcome import Outcome, Stop
 from user_errors import UserError
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "UserError", "run_cli"]
+__all__ = [
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "UserError", "exit_code", "print_error",
+    "run_cli",
+]
 
+#: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
+EXIT_TRIAL_FAILED = 1
+#: Bad input: flags, env id, files, settings.
 EXIT_USER_ERROR = 2
-#: Exit code after SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a
-#: checkpoint first; a second SIGINT exits at once and keeps the previous checkpoint.
+#: After SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a checkpoint
+#: first; a second SIGINT exits at once and keeps the previous checkpoint.
 EXIT_INTERRUPTED = 130
+
+#: The exit code of a script whose run ended so.
+EXIT_CODES: dict[Stop, int] = {
+    Stop.FINISHED: 0,
+    Stop.INTERRUPTED: EXIT_INTERRUPTED,
+    Stop.ENV_DIED: 3,  # a checkpoint was written first
+    Stop.NONFINITE: 4,  # the last good checkpoint is kept
+}
+
+
+def print_error(prog: str, message: str) -> None:
+    """The one form of an error line: ``prog: error: message`` on stderr."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+
+
+def exit_code(outcome: Outcome, prog: str) -> int:
+    """The exit code of ``outcome``, after printing its error line, if it has one."""
+    if outcome.error:
+        print_error(prog, outcome.error)
+    return EXIT_CODES[outcome.stop]
 
 
 def run_cli(main: Callable[[], int | None], prog: str) -> None:
@@ -23,7 +57,7 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     try:
         code = main()
     except UserError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        print_error(prog, str(error))
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

@@ -21,7 +21,7 @@ from acer_sync.buffer import Batch, Field, ReplayBuffer, buffer_fields, to_batch
 from acer_sync.checkpoint import LATEST, atomic_write, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
 from acer_sync.distributions import distribution_for
-from acer_sync.errors import EXIT_INTERRUPTED, UserError
+from acer_sync.errors import UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.networks import (
@@ -32,6 +32,7 @@ from acer_sync.networks import (
     RecurrentActorCritic,
     RecurrentGaussianActorCritic,
 )
+from acer_sync.outcome import Outcome, Stop
 from acer_sync.precision import slow_bf16_warning
 from acer_sync.profiling import PhaseTimer
 from acer_sync.rng_state import capture_rng, restore_rng
@@ -40,10 +41,6 @@ from acer_sync.schedules import learning_rate
 from atari.envs import EnvInfo, EnvWorkerDied, VecEnv, choose_backend
 from atari.episodes import EpisodeTracker
 
-#: Exit code when an env worker process died; a checkpoint was written first.
-EXIT_ENV_DIED = 3
-#: Exit code after ``max_nonfinite`` non-finite updates in a row; the last good checkpoint is kept.
-EXIT_NONFINITE = 4
 BUFFER_FILE = "buffer.npz"
 #: Config fields that may differ between a run and its resume.
 RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision")
@@ -140,6 +137,12 @@ class GracefulStop:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def request(self, reason: str) -> None:
+        """Stop as after a first signal, for ``reason``: a driver's stop that no signal carries (a
+        sweep's Ctrl-C reaching its trials). Any thread may call it."""
+        if self.signal_name is None:
+            self.signal_name = reason
+
     def _handle(self, signum, frame):
         if self.signal_name is not None:
             # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
@@ -159,7 +162,8 @@ class Trainer:
 
     :param config: the run's settings.
     :param info: what the env looks like (from :func:`atari.envs.env_info`).
-    :param run_dir: where outputs go; must already exist and be writable.
+    :param run_dir: where outputs go; must already exist and be writable (:func:`acer_sync.train`
+        makes and checks it, and writes ``config.json`` beside the outputs).
     :param resume: a loaded checkpoint to continue from, or None.
     :param progress_bar: show a tqdm bar.
     :param timer: times the phases of each iteration (bench.py); off in training.
@@ -180,6 +184,7 @@ class Trainer:
         self.progress_bar = progress_bar
         self.on_progress = on_progress
         self.on_checkpoint = on_checkpoint
+        self.stop = GracefulStop()
         if config.threads:
             torch.set_num_threads(config.threads)
         self.device = select_device(config.device)
@@ -224,7 +229,7 @@ class Trainer:
             reward_scale=config.reward_scale, precision=config.precision,
         )
         self.runner.reset(seed=config.seed + self.iterations * config.num_envs)
-        self.logger = Logger(run_dir)
+        self.logger = Logger(run_dir, resume_step=self.timesteps if resume is not None else None)
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         self.next_checkpoint = (self.timesteps // config.checkpoint_every + 1) * config.checkpoint_every
         self.next_eval = (self.timesteps // config.eval_every + 1) * config.eval_every if config.eval_every else 0
@@ -254,6 +259,9 @@ class Trainer:
         return {
             "config": dataclasses.asdict(self.config),
             "env_id": self.info.env_id,
+            # The Box's bounds, which a Gaussian policy's actions are clipped to (empty for discrete actions).
+            "action_low": list(self.info.action_low),
+            "action_high": list(self.info.action_high),
             "model_spec": self.model.spec(),
             "model": self.model.state_dict(),
             "average_model": self.agent.average_model.state_dict(),
@@ -323,12 +331,13 @@ class Trainer:
             raise UserError(f"cannot restore the replay buffer from {path}: {error}") from None
         return f"replay resumes with the saved buffer ({self.buffer.num_steps_stored} steps per env)"
 
-    def train(self) -> int:
-        """Run until ``total_timesteps``; returns the process exit code (see the EXIT_* constants)."""
+    def train(self) -> Outcome:
+        """Run until ``total_timesteps``, a signal, a dead env worker or too many non-finite
+        updates; says which (the scripts turn it into an exit code, :mod:`acer_sync.errors`)."""
         cfg = self.config
         self._reset_interval()
         bar = tqdm(total=cfg.total_timesteps, initial=self.timesteps, unit="step", disable=not self.progress_bar, dynamic_ncols=True)
-        with GracefulStop() as stop:
+        with self.stop as stop:
             try:
                 return self._run_until_done_or_stopped(stop, bar)
             except BaseException as error:
@@ -338,37 +347,47 @@ class Trainer:
                 # the vector envs' finalizers terminate their workers.
                 if not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
                     raise
-                print("train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept", file=sys.stderr, flush=True)
-                return EXIT_INTERRUPTED
+                return self._outcome(Stop.INTERRUPTED, "second SIGINT: exiting at once; the previous checkpoint is kept")
 
-    def _run_until_done_or_stopped(self, stop: GracefulStop, bar: tqdm) -> int:
+    def request_stop(self, reason: str) -> None:
+        """Finish the current iteration, save a checkpoint and return an INTERRUPTED outcome from
+        :meth:`train`, as after SIGINT; ``reason`` names why in the "received: saving" line."""
+        self.stop.request(reason)
+
+    def stop_requested(self) -> bool:
+        return self.stop.signal_name is not None
+
+    def _run_until_done_or_stopped(self, stop: GracefulStop, bar: tqdm) -> Outcome:
         cfg = self.config
         try:
             while self.timesteps < cfg.total_timesteps and stop.signal_name is None:
                 self._iteration(bar)
                 if self.agent.nonfinite_streak >= cfg.max_nonfinite:
-                    return self._abort(
-                        f"{self.agent.nonfinite_streak} non-finite updates in a row at step {self.timesteps}; "
-                        "stopping and keeping the last good checkpoint", EXIT_NONFINITE, save=False,
+                    self.close()
+                    return self._outcome(
+                        Stop.NONFINITE, f"{self.agent.nonfinite_streak} non-finite updates in a row at step "
+                        f"{self.timesteps}; stopped, keeping the last good checkpoint",
                     )
         except EnvWorkerDied as error:
-            return self._abort(f"{error}; saving a checkpoint at step {self.timesteps} and exiting", EXIT_ENV_DIED, save=True)
+            message = f"{error}; saved a checkpoint at step {self.timesteps}"
+            try:
+                self.save(periodic=False)
+            except UserError as save_error:
+                raise UserError(f"{error}; and the checkpoint at step {self.timesteps} failed: {save_error}") from None
+            self.close()
+            return self._outcome(Stop.ENV_DIED, message)
         finally:
             bar.close()
-        exit_code = 0
+        reason = Stop.FINISHED
         if stop.signal_name is not None:
             print(f"{stop.signal_name} received: saving a checkpoint at step {self.timesteps} and exiting", flush=True)
-            exit_code = EXIT_INTERRUPTED
+            reason = Stop.INTERRUPTED
         self.save(periodic=False)
         self.close()
-        return exit_code
+        return self._outcome(reason)
 
-    def _abort(self, message: str, exit_code: int, save: bool) -> int:
-        print(f"train.py: error: {message}", file=sys.stderr, flush=True)
-        if save:
-            self.save(periodic=False)
-        self.close()
-        return exit_code
+    def _outcome(self, stop: Stop, error: str = "") -> Outcome:
+        return Outcome(stop, self.run_dir, self.timesteps, error)
 
     def _reset_interval(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}

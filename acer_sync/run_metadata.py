@@ -38,12 +38,16 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_config(run_dir: Path, config: Config, argv: list[str]) -> None:
-    """``config.json``: every setting, the package versions, the git commit and the command line."""
+def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | None = None) -> None:
+    """``config.json``: every setting, the package versions, the git commit and the command line.
+
+    :param commit: the git commit of the code, where it was found elsewhere (a sweep's trial runs
+        a copy of the code without ``.git``, so sweep.py gives it its own); by default, this code's.
+    """
     payload = {
         "config": dataclasses.asdict(config),
         "versions": package_versions(),
-        "git_commit": git_commit(),
+        "git_commit": git_commit() if commit is None else commit,
         "command": argv,
     }
     with open(run_dir / "config.json", "w") as handle:

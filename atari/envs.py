@@ -96,8 +96,8 @@ class EnvInfo:
 
     @property
     def arch(self) -> str:
-        """``cnn`` for frames (Atari, and images: 2-D frames), ``mlp`` for vectors."""
-        return "cnn" if len(self.frame_shape) == 2 else "mlp"
+        """``cnn`` for frames (Atari, and images: (H, W) or (C, H, W)), ``mlp`` for vectors."""
+        return "cnn" if len(self.frame_shape) > 1 else "mlp"
 
 
 def import_env_module(module: str, env_id: str) -> None:
@@ -131,10 +131,6 @@ def resolve_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         where = f" (module {module!r} was imported and registers no such env)" if module else ""
         raise UserError(f"unknown env id {name!r}{where}{hint}") from None
-
-
-def is_atari(env_id: str) -> bool:
-    return resolve_spec(env_id).entry_point == ATARI_ENTRY_POINT
 
 
 def kwargs_text(env_kwargs: dict) -> str:
@@ -183,9 +179,9 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n),
             life_loss_actions=baselines_life_loss_actions(action_meanings), env_kwargs=env_kwargs,
         )
-    # make_gym_env has turned the observations into frames: a vector, or a 2-D uint8 image.
+    # make_gym_env has turned the observations into frames: a vector, or a uint8 image (H, W) or (C, H, W).
     frame_shape = tuple(observation_space.shape)
-    image = len(frame_shape) == 2
+    image = len(frame_shape) > 1
     if image and continuous:
         raise UserError(f"{env_id} has image observations and Box actions; acer_sync takes images with Discrete actions only")
     frame_dtype = np.dtype(np.uint8 if image else np.float32)
@@ -220,14 +216,11 @@ def unsupported_part(space: gym.Space) -> gym.Space | None:
 
 
 def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
-    """``env`` with observations the trainer stores as frames: a flat Box as it is; an image as one
-    2-D uint8 frame for the CNN; any other supported space flattened to a vector, one-hot for the
-    discrete parts (``gymnasium.wrappers.FlattenObservation``). A one-line UserError otherwise.
-
-    A C-channel image becomes one (C·H)×W frame, its channel planes one below the other: the
-    trainer feeds the network ``[B, stack, *frame_shape]``, and the CNN convolves ``[B, stack,
-    H, W]``, so a channel axis of its own would not reach it.
-    """
+    """``env`` with observations the trainer stores as frames: a flat Box as it is; an image as a
+    uint8 frame for the CNN, ``(H, W)`` or channels first ``(C, H, W)``; any other supported space
+    flattened to a vector, one-hot for the discrete parts (``gymnasium.wrappers.FlattenObservation``).
+    A one-line UserError otherwise. The CNN takes the stack's frames and their channels as its
+    input channels."""
     space = env.observation_space
     layout = image_layout(space)
     if layout is not None:
@@ -243,15 +236,14 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
                 f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (register the env wrapped in "
                 "gymnasium.wrappers.FlattenObservation to train the MLP on it instead)"
             )
-        if layout == "hw":
+        if layout != "hwc":
             return env
 
-        def planes(obs: np.ndarray) -> np.ndarray:
-            channels_first = obs if layout == "chw" else np.moveaxis(obs, -1, 0)
-            return np.ascontiguousarray(channels_first).reshape(channels * height, width)
+        def channels_first(obs: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(np.moveaxis(obs, -1, 0))
 
-        frame = gym.spaces.Box(0, 255, (channels * height, width), np.uint8)
-        return gym.wrappers.TransformObservation(env, planes, frame)
+        frame = gym.spaces.Box(0, 255, (channels, height, width), np.uint8)
+        return gym.wrappers.TransformObservation(env, channels_first, frame)
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return env
     bad = unsupported_part(space)

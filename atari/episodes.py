@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
+import gymnasium as gym
 import numpy as np
 
 
@@ -107,3 +108,50 @@ class LifeLossActions:
         self.position[self.position < len(self.sequence)] += 1
         self.position[np.asarray(life_lost, dtype=bool)] = 0
         self.position[np.asarray(game_over, dtype=bool)] = len(self.sequence)
+
+
+class LifeLossActionsWrapper(gym.Wrapper):
+    """One env that plays :class:`LifeLossActions` itself: after a step that loses a life (the game
+    going on), it steps the forced actions too, and returns their last observation, the summed
+    reward and whether the game ended on the way.
+
+    The vector envs leave the forced actions to whoever acts (the Runner, the evaluation); this
+    wrapper is for code that acts on one env with a trained policy (:func:`acer_sync.make_env`), so
+    that it plays as the evaluation does. Put it outside any frame stack, so that the stack takes in
+    every frame the forced steps return, as the Actor's does.
+
+    :param env: an env whose ``info`` reports ``lives``.
+    :param sequence: the actions to play after each life loss (``EnvInfo.life_loss_actions``).
+    """
+
+    def __init__(self, env: gym.Env, sequence: tuple[int, ...]):
+        super().__init__(env)
+        self.forced = LifeLossActions(1, sequence)
+        self.lives = 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.forced.reset()
+        self.lives = int(info.get("lives", 0))
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self._step(action)
+        total = float(reward)
+        while not (terminated or truncated):
+            envs, actions = self.forced.forced()
+            if not len(envs):
+                break
+            obs, reward, terminated, truncated, info = self._step(int(actions[0]))
+            total += float(reward)
+        return obs, total, terminated, truncated, info
+
+    def _step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        game_over = bool(terminated or truncated)
+        # As EpisodeTracker: a life is lost when lives drop and the game goes on.
+        life_lost = lives < self.lives and not game_over
+        self.lives = lives
+        self.forced.step(np.array([life_lost]), np.array([game_over]))
+        return obs, reward, terminated, truncated, info

@@ -14,8 +14,8 @@
 Trials are every env x seed x grid point. Each trial's Config is its env's preset, then its env's
 tuned settings (``configs/envs/<EnvId>.yaml``), then the settings on top (as ``train.py
 --config``), its ``threads`` set to the trial's CPUs, and it is checked as ``train.py`` checks its
-flags. ``envs`` take ``module:EnvId`` ids, and ``settings.env_kwargs`` a mapping. Every mistake is a
-one-line :class:`UserError`.
+flags (:func:`acer_sync.api.check_config`), before Ray starts. ``envs`` take ``module:EnvId`` ids,
+and ``settings.env_kwargs`` a mapping. Every mistake is a one-line :class:`UserError`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from acer_sync.config import Config, build_config, validate
+from acer_sync.api import check_config
+from acer_sync.config import Config, build_config
 from acer_sync.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.errors import UserError
 from atari.envs import env_info
@@ -171,9 +172,10 @@ def load_sweep(path: Path) -> Sweep:
             info.atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=info.continuous,
             env_settings=env_settings,
         )
-        problems = validate(config)
-        if problems:
-            raise UserError(f"{source}: trial {trial_name}: {problems[0]}")
+        try:
+            check_config(config, info)
+        except UserError as error:
+            raise UserError(f"{source}: trial {trial_name}: {error}") from None
         trials.append(Trial(trial_name, config))
     return Sweep(name, tuple(trials), cpus, gpus, failures, tuple(grid_axes))
 

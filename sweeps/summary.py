@@ -2,7 +2,9 @@
 
 For each trial: its final 100-episode mean (the last logged ``mean_episode_reward``) and its best
 evaluation; for each setting of the grid, the mean across seeds; on Atari, the human-normalized
-score of each (Mnih et al. 2015's random and human scores, :mod:`acer_sync.scores`).
+score of each (Mnih et al. 2015's random and human scores, :mod:`acer_sync.scores`). A trial that
+did not finish (an interrupted sweep's interim summary, or a failed trial) shows how far it got,
+and is left out of the means: its scores are from fewer steps than its seeds'.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class TrialScores:
     env: str
     seed: int
     steps: int
+    total_steps: int
     final_mean: float
     best_eval: float
     status: str
@@ -42,7 +45,7 @@ def finite_values(rows: list[dict], column: str) -> list[float]:
     return values
 
 
-def trial_scores(run_dir: Path, name: str, env: str, seed: int, status: str) -> TrialScores:
+def trial_scores(run_dir: Path, name: str, env: str, seed: int, total_steps: int, status: str) -> TrialScores:
     """Scores from the trial's ``progress.csv``; NaN where it logged none."""
     try:
         with open(run_dir / "progress.csv", newline="") as handle:
@@ -51,7 +54,7 @@ def trial_scores(run_dir: Path, name: str, env: str, seed: int, status: str) -> 
         rows = []
     steps, means, evals = finite_values(rows, "total_timesteps"), finite_values(rows, "mean_episode_reward"), finite_values(rows, "eval_mean")
     return TrialScores(
-        name, env, seed, int(steps[-1]) if steps else 0, means[-1] if means else math.nan,
+        name, env, seed, int(steps[-1]) if steps else 0, total_steps, means[-1] if means else math.nan,
         max(evals) if evals else math.nan, status,
     )
 
@@ -74,7 +77,8 @@ def summary_markdown(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]
     """One table per env: a row per trial, then per grid setting the mean across seeds."""
     status = {outcome.name: outcome.status for outcome in outcomes}
     scores = [
-        trial_scores(sweep_dir / trial.name, trial.name, trial.config.env, trial.config.seed, status.get(trial.name, "unfinished"))
+        trial_scores(sweep_dir / trial.name, trial.name, trial.config.env, trial.config.seed, trial.config.total_timesteps,
+                     status.get(trial.name, "unfinished"))
         for trial in sweep.trials
     ]
     lines = [f"# Sweep {sweep.name}", ""]
@@ -84,12 +88,17 @@ def summary_markdown(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]
         lines += [f"## {env}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         groups: dict[str, list[TrialScores]] = {}
         for score in (score for score in scores if score.env == env):
-            cells = [score.name, score.status, f"{score.steps:,}", number(score.final_mean), number(score.best_eval)]
+            steps = f"{score.steps:,}" if score.status == "finished" else f"{score.steps:,} of {score.total_steps:,}"
+            cells = [score.name, score.status, steps, number(score.final_mean), number(score.best_eval)]
             lines.append("| " + " | ".join(cells + ([normalized(env, score.final_mean)] if atari else [])) + " |")
             groups.setdefault(score.name.replace(f"_seed{score.seed}", "_seeds"), []).append(score)
         for group, members in groups.items():
-            final, best = mean([m.final_mean for m in members]), mean([m.best_eval for m in members])
-            cells = [f"**{group}: mean of {len(members)} seeds**", "", "", number(final), number(best)]
+            finished = [m for m in members if m.status == "finished"]
+            final, best = mean([m.final_mean for m in finished]), mean([m.best_eval for m in finished])
+            label = f"mean of {len(finished)} seeds"
+            if len(finished) < len(members):
+                label = f"mean of {len(finished)} of {len(members)} seeds: those not finished are left out"
+            cells = [f"**{group}: {label}**", "", "", number(final), number(best)]
             lines.append("| " + " | ".join(cells + ([normalized(env, final)] if atari else [])) + " |")
         lines.append("")
     return "\n".join(lines)

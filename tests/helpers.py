@@ -1,11 +1,14 @@
 """Shared by the tests that drive train.py through a subprocess."""
 
 import csv
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import pytest
 import torch
 
 from acer_sync.buffer import Batch
@@ -71,3 +74,47 @@ class NeverFire(torch.nn.Module):
         pi = torch.zeros(len(features), self.n_actions)
         pi[:, 0] = 1.0
         return pi
+
+
+#: A sweep trial's first line: the process and the node it runs on (sweeps/trial.py).
+TRIAL_PROCESS = re.compile(r"^\[trial (?P<trial>[^\]]+)\] running in process (?P<pid>\d+) on node \S+ \(node id (?P<node>\w+)\)$", re.M)
+#: A resumed trial's line from the Trainer.
+TRIAL_RESUMES = re.compile(r"^\[trial (?P<trial>[^\]]+)\] resuming at step (?P<step>\d+):", re.M)
+
+
+def trial_processes(sweep_output: str, trial: str) -> list[tuple[int, str]]:
+    """(process id, node id) of each start of ``trial``, in order, from sweep.py's output."""
+    return [(int(match["pid"]), match["node"]) for match in TRIAL_PROCESS.finditer(sweep_output) if match["trial"] == trial]
+
+
+def trial_resume_steps(sweep_output: str, trial: str) -> list[int]:
+    """The step of each resume of ``trial``, in order, from sweep.py's output."""
+    return [int(match["step"]) for match in TRIAL_RESUMES.finditer(sweep_output) if match["trial"] == trial]
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, log: Path, seconds: float):
+    """Poll ``condition()`` until it returns something truthy; fail if sweep.py exits first."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        if process.poll() is not None:
+            pytest.fail(f"sweep.py exited ({process.returncode}) before {what}:\n{log.read_text()}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
+
+
+class NaNRewardsAfter(gym.Wrapper):
+    """CartPole whose rewards are NaN from this env instance's step ``first_nan_step`` on."""
+
+    first_nan_step = 30
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, float("nan") if self.steps >= self.first_nan_step else reward, terminated, truncated, info

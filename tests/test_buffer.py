@@ -94,7 +94,7 @@ def test_every_stored_segment_survives_wraparound():
     # The three newest segments sit at ring slots (8 % 3, 9 % 3, 10 % 3).
     for age, (segment, stacks) in enumerate(history[-3:]):
         ring_index = (8 + age) % 3
-        sample = buffer._gather(np.full(N, ring_index))
+        sample = buffer.gather(np.full(N, ring_index))
         np.testing.assert_array_equal(rebuilt(sample), stacks)
         np.testing.assert_array_equal(sample.actions, segment.actions)
         np.testing.assert_array_equal(sample.dones, segment.dones)

@@ -119,7 +119,7 @@ def test_resume_refuses_conflicting_flags(pong_run):
 def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
     line = one_line_error(run("train.py", *args, "--run-dir", tmp_path / "run"))
     assert message in line
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not (tmp_path / "run").exists()  # nothing written, not even config.json
 
 
 UNSUPPORTED_ACTIONS = """

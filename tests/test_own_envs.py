@@ -23,7 +23,7 @@ from acer_sync.errors import UserError
 from acer_sync.networks import ActorCritic
 from atari.envs import MIN_IMAGE_SIDE, VecEnv, env_info
 from sweeps.spec import load_sweep
-from helpers import ROOT, one_line_error
+from helpers import ROOT, features_of, one_line_error
 
 MODULE = "acer_test_own_envs"
 USER_ENV = f"{MODULE}:Corridor-v0"
@@ -324,9 +324,10 @@ def test_discrete_and_composite_observations_are_flattened_one_hot(module_dir, k
     "kind, channels, height, width",
     [("hwc", 3, 40, 36), ("chw", 2, 36, 40), ("gray", 1, 36, 38)],
 )
-def test_image_observations_go_through_the_cnn_as_channel_planes(module_dir, kind, channels, height, width):
+def test_image_observations_go_through_the_cnn_with_their_channels(module_dir, kind, channels, height, width):
     info = env_info(USER_ENV, {"kind": kind})
-    assert info.arch == "cnn" and info.frame_shape == (channels * height, width) and info.frame_dtype == np.uint8
+    frame_shape = (channels, height, width) if channels > 1 else (height, width)  # channels first
+    assert info.arch == "cnn" and info.frame_shape == frame_shape and info.frame_dtype == np.uint8
     env = VecEnv(info, 2, "sync")
     try:
         env.reset(seed=0)
@@ -334,11 +335,12 @@ def test_image_observations_go_through_the_cnn_as_channel_planes(module_dir, kin
     finally:
         env.close()
     for env_index, cell in enumerate([1, 0]):
+        planes = frames[env_index].reshape(channels, height, width)
         for channel in range(channels):
-            plane = frames[env_index, channel * height:(channel + 1) * height]
-            assert (plane == 10 * channel + cell).all(), (kind, channel)
+            assert (planes[channel] == 10 * channel + cell).all(), (kind, channel)
     model = ActorCritic(info.obs_shape, info.n_actions, info.arch)
-    pi, q = model(torch.from_numpy(frames[:, None]))  # [B, stack, *frame_shape], as the Runner feeds it
+    assert model.torso.convs[0].in_channels == channels  # the stack of 1 frame, times its channels
+    pi, q = model(features_of(model, torch.from_numpy(frames[:, None])))  # [B, stack, *frame_shape], as acting feeds it
     assert pi.shape == q.shape == (2, 2)
 
 

@@ -154,9 +154,38 @@ def test_baselines_pong_curve_is_kept_with_its_source():
     assert [by_step[step * 1_000_000] for step in (1, 2, 3, 4, 6, 10)] == [-20.0, -15.9, 1.5, 12.7, 18.3, 19.5]
     # The steep part, between the table's points: linear interpolation would put 3.5M at +7.1.
     assert [by_step[step] for step in (2_500_000, 2_750_000, 3_250_000, 3_500_000)] == [-10.3, -4.6, 5.7, 8.8]
-    assert baselines_curve("BreakoutNoFrameskip-v4") is None and baselines_curve("CartPole-v1") is None
+    assert baselines_curve("SeaquestNoFrameskip-v4") is None and baselines_curve("CartPole-v1") is None
     sources = json.loads((files("acer_sync") / "data" / "atari_scores.json").read_text())["sources"]
     assert "benchmarks_atari10M" in sources["baselines_curve"]
+
+
+def test_baselines_breakout_curve_is_kept_with_its_source():
+    steps, returns = baselines_curve("BreakoutNoFrameskip-v4")
+    assert steps == [step * 250_000 for step in range(1, 21)] + [step * 1_000_000 for step in range(6, 11)]
+    assert len(returns) == len(steps)
+    by_step = dict(zip(steps, returns))
+    # The issue's points: about 3 at 1M, 17 at 2M, 360 at 5M, 442 at 10M.
+    assert [by_step[step * 1_000_000] for step in (1, 2, 5, 10)] == [3.0, 16.7, 359.5, 442.2]
+    # The targets' steps (2M and 5M) and the steep part between them.
+    assert [by_step[step] for step in (3_000_000, 3_750_000, 4_000_000, 4_500_000)] == [53.9, 116.3, 162.7, 277.7]
+    source = json.loads((files("acer_sync") / "data" / "atari_scores.json").read_text())["sources"]["baselines_curve"]
+    assert "Breakout" in source and "#e78ac3" in source and "tools/baselines_curve.py" in source
+
+
+def test_a_breakout_run_gets_baselines_breakout_curve(tmp_path):
+    """Baselines' curve is looked up by the run's game: a Breakout run up to 960k steps gets
+    Breakout's points at 0.25M, 0.5M and 0.75M, and a Pong run beside it Pong's own."""
+    runs = [plot.load_run(write_run(tmp_path / "breakout", env="BreakoutNoFrameskip-v4")),
+            plot.load_run(write_run(tmp_path / "pong"))]
+    figure = plot.build_figure(plot.group_runs(runs), ["", ""], "steps", 1)
+    try:
+        panels = {panel.get_title(): panel for panel in figure.axes if panel.get_visible()}
+        breakout = next(line for line in panels["BreakoutNoFrameskip-v4"].lines if line.get_label() == plot.BASELINES_LABEL)
+        np.testing.assert_array_equal(breakout.get_xdata(), [250_000, 500_000, 750_000])
+        np.testing.assert_array_equal(breakout.get_ydata(), [1.5, 2.0, 2.2])
+        np.testing.assert_array_equal(reference_lines(panels["PongNoFrameskip-v4"])[plot.BASELINES_LABEL], [500_000, 750_000])
+    finally:
+        plt.close(figure)
 
 
 def reference_lines(panel) -> dict[str, np.ndarray]:

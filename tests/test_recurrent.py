@@ -155,7 +155,7 @@ def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path):
         rows = []
         (tmp_path / replay_state).mkdir()
         trainer = Trainer(config, info, tmp_path / replay_state, progress_bar=False, on_progress=rows.append)
-        assert trainer.train() == 0
+        assert trainer.train().finished
         rho[replay_state] = np.array([row["rho_mean"] for row in rows])
     assert np.abs(rho["stored"] - 1).max() <= 1e-5
     assert np.abs(rho["zero"] - 1).max() > 1e-4
@@ -215,7 +215,7 @@ def cue_recall_returns(network: str, tmp_path) -> list[float]:
     ))
     run_dir = tmp_path / network
     run_dir.mkdir()
-    assert Trainer(config, env_info(memory_env.ENV_ID), run_dir, progress_bar=False, on_progress=rows.append).train() == 0
+    assert Trainer(config, env_info(memory_env.ENV_ID), run_dir, progress_bar=False, on_progress=rows.append).train().finished
     return [row["mean_episode_reward"] for row in rows]
 
 

@@ -14,9 +14,11 @@ import pytest
 
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.config import build_config
-from acer_sync.learn import EXIT_NONFINITE, Trainer
+from acer_sync.errors import EXIT_CODES, exit_code
+from acer_sync.learn import Trainer
+from acer_sync.outcome import Stop
 from atari.envs import env_info
-from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
+from helpers import ROOT, NaNRewardsAfter, one_line_error, read_progress, start_long_cartpole_run
 
 
 def cartpole_config(**overrides):
@@ -71,7 +73,7 @@ def test_kill_9_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
 
 def test_periodic_checkpoints_are_pruned_to_keep_checkpoints(tmp_path):
     config = cartpole_config(total_timesteps=400, checkpoint_every=40, keep_checkpoints=2)
-    assert Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train() == 0
+    assert Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train().finished
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["latest.pt", "step_0000000360.pt", "step_0000000400.pt"]
 
@@ -102,17 +104,10 @@ def test_resume_without_saved_buffer_says_it_starts_empty(tmp_path, capsys):
     assert "no saved replay buffer, so it starts empty on resume" in capsys.readouterr().out
 
 
-class NaNRewardCartPole(gym.Wrapper):
+class NaNRewardCartPole(NaNRewardsAfter):
     """CartPole whose rewards turn NaN after 150 steps of this env instance."""
 
-    def __init__(self):
-        super().__init__(gym.make("CartPole-v1"))
-        self.steps = 0
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        return obs, float("nan") if self.steps > 150 else reward, terminated, truncated, info
+    first_nan_step = 151
 
 
 gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole)
@@ -123,9 +118,10 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_the_run(tmp_path, capsys
                              replay_ratio=0.0, max_nonfinite=3, log_interval=1)
     trainer = Trainer(config, env_info("NaNRewardCartPole-v0"), tmp_path, progress_bar=False)
     good = [p.clone() for p in trainer.model.parameters()]
-    code = trainer.train()
-    assert code == EXIT_NONFINITE
-    assert "3 non-finite updates in a row" in capsys.readouterr().err
+    outcome = trainer.train()
+    assert outcome.stop is Stop.NONFINITE and EXIT_CODES[outcome.stop] == 4
+    assert "3 non-finite updates in a row" in outcome.error
+    assert capsys.readouterr().err == ""  # the Trainer prints no error line: the script does
     rows = read_progress(tmp_path)
     assert int(rows[-1]["nonfinite_updates"]) == 3
     # NaNs start at each env's step 151, i.e. in iteration 8 (40 steps each); iteration 7 wrote the
@@ -230,7 +226,9 @@ def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one
         raise KeyboardInterrupt
 
     setattr(trainer, where, second_sigint)
-    assert trainer.train() == 130
+    outcome = trainer.train()
+    assert capsys.readouterr().err == ""  # the Trainer prints no error line: the script does
+    assert exit_code(outcome, "train.py") == 130
     assert capsys.readouterr().err == "train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept\n"
     trainer.env.close()
 

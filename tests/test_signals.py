@@ -16,7 +16,9 @@ import pytest
 
 from acer_sync.checkpoint import load_checkpoint
 from acer_sync.config import build_config
+from acer_sync.errors import EXIT_CODES
 from acer_sync.learn import GracefulStop, Trainer
+from acer_sync.outcome import Stop
 from atari.envs import env_info
 from helpers import ROOT, read_progress
 
@@ -53,7 +55,7 @@ def test_the_trainers_sigint_handler_is_its_own_after_every_phase(tmp_path):
             seen.setdefault("replay start", signal.getsignal(signal.SIGINT))
 
     trainer._iteration = iteration_then_note_replay
-    assert trainer.train() == 0
+    assert trainer.train().finished
     assert set(seen) == {"first evaluation", "checkpoint", "replay start"}
     for phase, handler in seen.items():
         assert isinstance(handler_owner(handler), GracefulStop), f"after the {phase} SIGINT went to {handler!r}"
@@ -126,8 +128,9 @@ def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exit
 
     trainer._iteration = first_sigint_after_an_iteration
     trainer.save = save_interrupted_by_a_second_sigint
-    assert trainer.train() == 130
-    assert "second SIGINT: exiting at once" in capsys.readouterr().err
+    outcome = trainer.train()
+    assert outcome.stop is Stop.INTERRUPTED and EXIT_CODES[outcome.stop] == 130
+    assert "second SIGINT: exiting at once" in outcome.error
     trainer.env.close()
 
 

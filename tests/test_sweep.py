@@ -3,7 +3,8 @@
 One sweep of 2 CartPole trials (seeds 0 and 1) serves several tests (a module-scoped fixture):
 seed 1's trial is killed with SIGKILL once it has a checkpoint, and Tune restarts it; once seed 0
 has finished, the sweep is interrupted with SIGINT (seed 1's restarted trial is held with SIGSTOP
-meanwhile, so it is sure to be unfinished), and the same command is run again to the end.
+meanwhile, so it is sure to be unfinished), and the same command is run again to the end. The
+trials' processes are found by the line each trial prints first, which sweep.py forwards.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from acer_sync.checkpoint import load_checkpoint
 from acer_sync.config import Config, build_config
 from acer_sync.config_file import load_config_file, load_env_settings
 from acer_sync.errors import UserError
 from sweeps.spec import load_sweep
-from helpers import ROOT, one_line_error, read_progress
+from helpers import ROOT, one_line_error, read_progress, trial_processes, trial_resume_steps
+from helpers import wait_for as wait_for_condition
 
 TOTAL_STEPS = 16_000
 STEPS_PER_ROW = 4 * 20 * 5  # num_envs x nsteps x log_interval
@@ -46,40 +48,14 @@ WAIT_SECONDS = 180
 
 
 def wait_for(condition, what: str, process: subprocess.Popen, log: Path):
-    """Poll ``condition()`` until it returns something truthy; fail if the sweep exits first."""
-    deadline = time.time() + WAIT_SECONDS
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        if process.poll() is not None:
-            pytest.fail(f"sweep.py exited ({process.returncode}) before {what}:\n{log.read_text()}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
+    """:func:`helpers.wait_for` with this file's time limit."""
+    return wait_for_condition(condition, what, process, log, WAIT_SECONDS)
 
 
-def reported_steps(sweep_dir: Path, trial: str) -> list[tuple[int, int]]:
-    """(process id, total_timesteps) of each result ``trial`` reported to Tune (its result.json)."""
-    path = sweep_dir / "tune" / trial / "result.json"
-    reports = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            result = json.loads(line)
-            reports.append((result["pid"], result["total_timesteps"]))
-        except (ValueError, KeyError):
-            continue  # a line still being written
-    return reports
-
-
-def trial_pids(sweep_dir: Path, trial: str) -> list[int]:
-    """The process ids that reported results for ``trial``, in order."""
-    return list(dict.fromkeys(pid for pid, _ in reported_steps(sweep_dir, trial)))
-
-
-def start_sweep(sweep_file: Path, runs_dir: Path, log: Path) -> subprocess.Popen:
+def start_sweep(sweep_file: Path, runs_dir: Path, log: Path, *extra: str) -> subprocess.Popen:
     with open(log, "w") as handle:
         return subprocess.Popen(
-            [sys.executable, str(ROOT / "sweep.py"), str(sweep_file), "--runs-dir", str(runs_dir)],
+            [sys.executable, str(ROOT / "sweep.py"), str(sweep_file), "--runs-dir", str(runs_dir), *extra],
             cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, text=True,
         )
 
@@ -90,20 +66,22 @@ def sweep_scenario(tmp_path_factory):
     sweep_file, runs_dir, log = root / "pair.yaml", root / "runs", root / "first.log"
     sweep_file.write_text(SWEEP_YAML)
     sweep_dir = runs_dir / "pair"
-    process = start_sweep(sweep_file, runs_dir, log)
+    # Seed 1's trial is frozen (SIGSTOP) when the sweep is interrupted, so it never saves: a short
+    # --stop-wait lets Tune stop it soon.
+    process = start_sweep(sweep_file, runs_dir, log, "--stop-wait", "5")
     held_pid = None
     try:
         killed_pid = wait_for(
-            lambda: (sweep_dir / SEED1 / "checkpoints" / "latest.pt").is_file() and trial_pids(sweep_dir, SEED1)[-1:],
+            lambda: (sweep_dir / SEED1 / "checkpoints" / "latest.pt").is_file() and trial_processes(log.read_text(), SEED1),
             "seed 1 has a checkpoint", process, log,
-        )[0]
+        )[0][0]
         steps_before_kill = int(read_progress(sweep_dir / SEED1)[-1]["total_timesteps"])
         os.kill(killed_pid, signal.SIGKILL)
         held_pid = wait_for(
-            lambda: [pid for pid in trial_pids(sweep_dir, SEED1) if pid != killed_pid], "seed 1 restarted", process, log,
+            lambda: [pid for pid, _ in trial_processes(log.read_text(), SEED1) if pid != killed_pid], "seed 1 restarted", process, log,
         )[0]
+        resume_step = wait_for(lambda: trial_resume_steps(log.read_text(), SEED1), "seed 1 resumed", process, log)[0]
         os.kill(held_pid, signal.SIGSTOP)
-        first_step_after_restart = next(step for pid, step in reported_steps(sweep_dir, SEED1) if pid == held_pid)
         wait_for(lambda: f"finished {SEED0}" in log.read_text(), "seed 0 finished", process, log)
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
@@ -125,7 +103,7 @@ def sweep_scenario(tmp_path_factory):
     )
     return dict(
         sweep_dir=sweep_dir, first_code=process.returncode, first_log=log.read_text(), second=second,
-        killed_pid=killed_pid, steps_before_kill=steps_before_kill, first_step_after_restart=first_step_after_restart, seed0_after_first=seed0_after_first,
+        killed_pid=killed_pid, steps_before_kill=steps_before_kill, resume_step=resume_step, seed0_after_first=seed0_after_first,
         seed1_steps_after_first=seed1_steps_after_first,
     )
 
@@ -153,12 +131,11 @@ def test_sweep_runs_to_the_end_as_normal_runs_that_plot_draws(sweep_scenario, tm
 def test_killed_trial_restarts_from_its_checkpoint_and_keeps_counting(sweep_scenario):
     log = sweep_scenario["first_log"]
     assert f"trial {SEED1} died (" in log and "restarting it from its last checkpoint" in log
-    # The restarted process's first row continues from the checkpoint, not from step 0.
-    first_step = sweep_scenario["first_step_after_restart"]
-    assert STEPS_PER_ROW < first_step <= sweep_scenario["steps_before_kill"] + STEPS_PER_ROW
+    # The restarted process continues from the checkpoint, not from step 0.
+    assert 0 < sweep_scenario["resume_step"] <= sweep_scenario["steps_before_kill"]
+    assert sweep_scenario["resume_step"] % 800 == 0
     steps = [int(row["total_timesteps"]) for row in read_progress(sweep_scenario["sweep_dir"] / SEED1)]
-    assert steps.count(STEPS_PER_ROW) == 1, steps  # no second start from zero
-    assert steps[-1] == TOTAL_STEPS
+    assert steps == list(range(STEPS_PER_ROW, TOTAL_STEPS + 1, STEPS_PER_ROW)), steps  # no step twice, none missing
 
 
 def test_interrupted_sweep_continues_without_rerunning_finished_trials(sweep_scenario):
@@ -176,11 +153,52 @@ def test_no_traceback_reaches_the_terminal(sweep_scenario):
     assert "Traceback" not in sweep_scenario["second"].stdout + sweep_scenario["second"].stderr
 
 
+def test_the_trials_one_line_events_reach_sweep_pys_terminal(sweep_scenario):
+    log = sweep_scenario["first_log"]
+    assert f"[trial {SEED1}] resuming at step {sweep_scenario['resume_step']}: " in log
+    assert f"[trial {SEED0}] replay buffer: " in log
+    assert len(trial_processes(log, SEED0)) == 1 and len(trial_processes(log, SEED1)) == 2
+
+
+STOP_YAML = """\
+name: stop
+envs: [CartPole-v1]
+seeds: [0, 1]
+settings: {total_timesteps: 1000000, num_envs: 4, vec_env: sync, log_interval: 5, checkpoint_every: 1000000, eval_every: 0}
+trial: {cpus: 1, gpus: 0}
+"""
+
+
+def test_ctrl_c_saves_a_checkpoint_of_each_running_trial(tmp_path):
+    """As train.py does on SIGINT: no periodic checkpoint comes before the stop here, so the trials'
+    checkpoints can only be the ones saved at the stop."""
+    sweep_file, runs_dir, log = tmp_path / "stop.yaml", tmp_path / "runs", tmp_path / "stop.log"
+    sweep_file.write_text(STOP_YAML)
+    run_dirs = [runs_dir / "stop" / name for name in (SEED0, SEED1)]
+    process = start_sweep(sweep_file, runs_dir, log)
+    try:
+        wait_for(lambda: all((run_dir / "progress.csv").is_file() and read_progress(run_dir) for run_dir in run_dirs),
+                 "both trials logged a row", process, log)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, log.read_text()
+    for run_dir in run_dirs:
+        saved_step = load_checkpoint(run_dir)["counters"]["timesteps"]
+        assert saved_step >= int(read_progress(run_dir)[-1]["total_timesteps"]) > 0
+        assert saved_step % (4 * 20) == 0
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         ("name: x\nenvs: [CartPole-v1]\nseeds: [0]\ngrid: {lr: [1]}\n", "unknown key 'grid'"),
         ("name: x\nenvs: [CartPole-v1]\nseeds: [0]\nsettings: {replay_ratio: lots}\n", "replay_ratio must be a number, got 'lots'"),
+        # Refused before Ray starts, not by the trial (which Tune would retry).
+        ("name: x\nenvs: [PongNoFrameskip-v4]\nseeds: [0]\nsettings: {normalize_obs: true}\n", "--normalize-obs is for vector observations"),
         (None, "no such file"),
     ],
 )
@@ -226,6 +244,9 @@ def test_sweep_file_expands_env_seed_and_grid_axes_into_named_trials(tmp_path):
         (BASE + "settings: {total_timesteps: true}\n", "total_timesteps must be an integer, got True"),
         (BASE + "settings: {gamma: 1.5}\n", "trial CartPole-v1_seed0: --gamma must be in (0, 1]"),
         (BASE + "settings: {vec_env: fast}\n", "vec_env must be one of ale, subproc, sync"),
+        (BASE + "settings: {network: [mlp, cnn]}\n", "trial CartPole-v1_seed0_networkcnn: --network cnn does not fit CartPole-v1"),
+        ("name: s\nenvs: [PongNoFrameskip-v4]\nseeds: [0]\nsettings: {normalize_obs: true}\n",
+         "trial PongNoFrameskip-v4_seed0: --normalize-obs is for vector observations"),
         (BASE + "trial: {cpus: 0}\n", "trial.cpus must be a whole number >= 1"),
         (BASE + "trial: {gpus: 1.5}\n", "trial.gpus must be a fraction in [0, 1] or a whole number"),
         (BASE + "trial: {memory: 3}\n", "unknown key trial.memory"),
@@ -333,13 +354,81 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
     def train():
         trainer = Trainer(config, env_info(config.env), tmp_path, progress_bar=False,
                           on_progress=rows.append, on_checkpoint=checkpoints.append)
-        outcome["code"] = trainer.train()
+        outcome["finished"] = trainer.train().finished
 
     worker = threading.Thread(target=train)
     worker.start()
     worker.join(timeout=120)
     torch.set_num_threads(threads_before)
-    assert outcome == {"code": 0}
+    assert outcome == {"finished": True}
     assert [row["total_timesteps"] for row in rows] == [int(row["total_timesteps"]) for row in read_progress(tmp_path)]
     assert rows[-1]["total_timesteps"] == 100
     assert checkpoints == [tmp_path / "checkpoints" / "latest.pt"] * 3  # at 40 and 80 steps, and at the end
+
+
+def test_interim_summary_marks_unfinished_trials_and_leaves_them_out_of_the_means(tmp_path):
+    from sweeps.launch import TrialOutcome
+    from sweeps.summary import summary_markdown
+
+    sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 2000}\n"))
+    for name, last_step, final_mean in ((SEED0, 2000, 100.0), (SEED1, 400, 10.0)):
+        (tmp_path / name).mkdir()
+        rows = [f"{step},{final_mean}" for step in range(200, last_step + 1, 200)]
+        (tmp_path / name / "progress.csv").write_text("total_timesteps,mean_episode_reward\n" + "\n".join(rows) + "\n")
+    summary = summary_markdown(sweep, tmp_path, [TrialOutcome(SEED0, "finished"), TrialOutcome(SEED1, "unfinished")])
+    assert f"| {SEED0} | finished | 2,000 | 100.00 |" in summary
+    assert f"| {SEED1} | unfinished | 400 of 2,000 | 10.00 |" in summary
+    assert "**CartPole-v1_seeds: mean of 1 of 2 seeds: those not finished are left out** |  |  | 100.00 |" in summary
+
+
+def test_address_without_a_runs_dir_is_refused_before_joining(tmp_path):
+    """The default runs/ is on this machine only; a trial on another node would write elsewhere."""
+    path = write(tmp_path, BASE)
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path), "--address", "127.0.0.1:1"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = one_line_error(result)
+    assert "with --address, give --runs-dir a directory that every node of the cluster mounts at the same path" in line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_stop_wait_is_refused_before_ray_starts(tmp_path, value):
+    path = write(tmp_path, BASE)
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path), "--stop-wait", value],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert f"--stop-wait must be a number of seconds >= 0, got {float(value)}" in one_line_error(result)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_node_that_cannot_see_the_drivers_probe_says_so(tmp_path):
+    from sweeps.launch import node_storage_problem
+
+    (tmp_path / ".probe").write_text("token")
+    assert node_storage_problem(str(tmp_path), ".probe", "token") is None
+    assert "sees another" in node_storage_problem(str(tmp_path), ".probe", "other token")
+    assert "cannot read" in node_storage_problem(str(tmp_path / "elsewhere"), ".probe", "token")
+    assert list(tmp_path.iterdir()) == [tmp_path / ".probe"]  # its own probe is gone again
+
+
+def test_a_trial_records_the_git_commit_sweep_py_gives_it(tmp_path, monkeypatch):
+    """The code a cluster's node runs is a copy without .git, where the trial finds no commit; a
+    trial's run takes sweep.py's (sweeps/trial.py passes DriverContext.git_commit to api.run)."""
+    from acer_sync import api, run_metadata
+
+    monkeypatch.setattr(run_metadata, "git_commit", lambda: "unknown")
+    outcome = api.run(
+        "CartPole-v1", run_dir=tmp_path / "t", commit="0123abcd", progress_bar=False, total_timesteps=16, num_envs=2,
+        nsteps=8, vec_env="sync", eval_every=0, threads=1,
+    )
+    assert outcome.finished
+    assert json.loads((tmp_path / "t" / "config.json").read_text())["git_commit"] == "0123abcd"
+
+
+def test_run_directories_inside_the_repository_stay_out_of_the_upload():
+    from sweeps.launch import CODE_EXCLUDES, REPO_ROOT, code_excludes
+
+    # Every sweep under a --runs-dir inside the repository, not only this one's.
+    assert code_excludes(REPO_ROOT / "myruns") == [*CODE_EXCLUDES, "/myruns/"]
+    assert code_excludes(REPO_ROOT / "out" / "runs") == [*CODE_EXCLUDES, "/out/runs/"]
+    assert code_excludes(Path("/somewhere/else/runs")) == list(CODE_EXCLUDES)
+    assert code_excludes(REPO_ROOT) == list(CODE_EXCLUDES)

@@ -1,0 +1,283 @@
+"""The Python API: acer_sync.train / load / Policy.predict / make_env, and its errors."""
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import acer_sync
+import play
+import plot
+import train
+from acer_sync.actor import Actor
+from acer_sync.checkpoint import load_checkpoint
+from acer_sync.config import PRESETS
+from acer_sync.outcome import Stop
+from atari.envs import VecEnv, env_info
+from atari.episodes import EpisodeTracker
+from helpers import NaNRewardsAfter, NeverFire, read_progress
+
+#: A few hundred CartPole steps in this process: 2 envs x 20 steps per iteration.
+SMALL = dict(num_envs=2, total_timesteps=200, vec_env="sync", device="cpu", eval_every=0, log_interval=1, hidden="16")
+
+
+def no_error_lines(capsys) -> None:
+    """Nothing the library printed is a script's error line."""
+    out, err = capsys.readouterr()
+    assert "error:" not in out + err, out + err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """One feed-forward and one LSTM CartPole run through the API."""
+    root = tmp_path_factory.mktemp("api")
+    return {
+        "mlp": acer_sync.train("CartPole-v1", run_dir=root / "mlp", progress_bar=False, **SMALL),
+        "lstm": acer_sync.train("CartPole-v1", run_dir=root / "lstm", progress_bar=False, network="lstm", lstm_size=8, **SMALL),
+    }
+
+
+def test_train_returns_the_run_directory_that_train_py_writes_and_plot_draws(runs, tmp_path, capsys):
+    run_dir = runs["mlp"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["config"]["env"] == "CartPole-v1" and config["config"]["total_timesteps"] == 200
+    assert config["config"]["num_envs"] == 2 and config["config"]["lr"] == PRESETS["classic"]["lr"]  # the env's preset
+    assert config["command"][0].startswith("acer_sync.train('CartPole-v1', ")
+    assert int(read_progress(run_dir)[-1]["total_timesteps"]) == 200
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 200
+    assert plot.main([str(run_dir), "--out", str(tmp_path / "curve.png")]) in (0, None)
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    no_error_lines(capsys)
+
+
+def test_the_package_exports_the_library():
+    for name in ("train", "load", "Policy", "make_env", "UserError", "Config", "__version__"):
+        assert name in acer_sync.__all__ and getattr(acer_sync, name) is not None
+    from user_errors import UserError
+
+    assert acer_sync.UserError is UserError  # the one exception type of atari/ and acer_sync/
+
+
+class CountedCartPole:
+    """A callable env: CartPole cut at 7 steps, counting the envs it made."""
+
+    def __init__(self):
+        self.made = 0
+
+    def __call__(self) -> gym.Env:
+        self.made += 1
+        return gym.make("CartPole-v1", max_episode_steps=7)
+
+
+def test_a_callable_env_makes_every_env_of_the_run(tmp_path, capsys):
+    make = CountedCartPole()
+    run_dir = acer_sync.train(make, run_dir=tmp_path / "run", progress_bar=False,
+                              **{**SMALL, "eval_every": 200, "eval_episodes": 2, "num_envs": 3, "vec_env": ""})
+    rows = read_progress(run_dir)
+    # Every training episode and every evaluation game is the callable's 7 steps.
+    assert {float(row["mean_episode_length"]) for row in rows} == {7.0}
+    assert float(rows[-1]["eval_mean"]) == 7.0
+    # One env to inspect it, 3 to train on and 2 to evaluate on, all in this process (sync by default).
+    assert make.made == 1 + 3 + 2
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    assert config["env"].startswith("acer_sync-callable/") and config["env"].endswith("CountedCartPole")
+    assert config["vec_env"] == "sync"
+    no_error_lines(capsys)
+
+
+def test_a_callable_env_reaches_the_subproc_workers(tmp_path):
+    run_dir = acer_sync.train(lambda: gym.make("CartPole-v1", max_episode_steps=5), run_dir=tmp_path / "run",
+                              progress_bar=False, **{**SMALL, "vec_env": "subproc"})
+    assert {float(row["mean_episode_length"]) for row in read_progress(run_dir)} == {5.0}
+
+
+def make_short_cartpole() -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=9)
+
+
+def test_a_callable_run_resumes_from_python_and_the_scripts_say_how(tmp_path):
+    run_dir = acer_sync.train(make_short_cartpole, run_dir=tmp_path / "run", progress_bar=False, **SMALL)
+    # A later process: the callable is no longer registered.
+    gym.registry.pop(json.loads((run_dir / "config.json").read_text())["config"]["env"])
+    with pytest.raises(acer_sync.UserError, match=r"acer_sync.train\(make_short_cartpole, resume=") as error:
+        train.main(["--resume", str(run_dir), "--total-timesteps", "400", "--no-progress"])
+    assert "\n" not in str(error.value)
+    with pytest.raises(acer_sync.UserError, match=r"play it from Python with acer_sync.load"):
+        play.main([str(run_dir), "--episodes", "1"])
+    assert acer_sync.train(make_short_cartpole, resume=run_dir, total_timesteps=400, progress_bar=False) == run_dir
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 400
+    assert {float(row["mean_episode_length"]) for row in read_progress(run_dir)} == {9.0}
+    with pytest.raises(acer_sync.UserError, match="--env acer_sync-callable/.*CountedCartPole"):
+        acer_sync.train(CountedCartPole(), resume=run_dir, total_timesteps=600)
+
+
+def test_an_id_run_resumes_through_the_api(runs, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(runs["mlp"], run_dir)
+    assert acer_sync.train(resume=run_dir, total_timesteps=280, progress_bar=False) == run_dir
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 280
+    with pytest.raises(acer_sync.UserError, match=r"--lr 0.5 \(the run used 0.001\)"):
+        acer_sync.train(resume=run_dir, total_timesteps=400, lr=0.5)
+
+
+@pytest.mark.parametrize(
+    "env, settings, message",
+    [
+        ("CartPole-v1", dict(learning_rate=0.1), "unknown setting 'learning_rate'"),
+        ("CartPole-v1", dict(num_envs=2.5), "num_envs must be an integer, got 2.5"),
+        ("CartPole-v1", dict(lr=0.0, gamma=2.0), "--lr must be finite and > 0; --gamma must be in (0, 1]"),
+        ("CartPole-v1", dict(network="cnn"), "--network cnn does not fit CartPole-v1"),
+        ("CartPole-v1", dict(buffer_size=10**9), "lower --buffer-size"),
+        ("PongNoFrameskip-v4", dict(normalize_obs=True), "--normalize-obs is for vector observations"),
+        ("CartPol-v1", {}, "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
+        (3, {}, "env must be an env id or a callable"),
+        (lambda: "not an env", {}, "returned str, not a gymnasium env"),
+        (None, {}, "acer_sync.train needs an env"),
+    ],
+)
+def test_bad_input_is_one_user_error_line_and_leaves_no_directory(tmp_path, capsys, env, settings, message):
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.train(env, run_dir=tmp_path / "runs" / "run", progress_bar=False, **settings)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []
+    no_error_lines(capsys)
+
+
+class NaNRewards(NaNRewardsAfter):
+    """CartPole whose rewards are NaN from its 30th step."""
+
+    first_nan_step = 30
+
+
+def test_a_run_that_stops_raises_training_stopped_and_prints_no_error_line(tmp_path, capsys):
+    with pytest.raises(acer_sync.TrainingStopped) as stopped:
+        acer_sync.train(NaNRewards, run_dir=tmp_path / "run", progress_bar=False,
+                        **{**SMALL, "total_timesteps": 4000, "max_nonfinite": 2})
+    outcome = stopped.value.outcome
+    assert outcome.stop is Stop.NONFINITE and outcome.run_dir == tmp_path / "run"
+    assert "2 non-finite updates in a row" in str(stopped.value) and "\n" not in str(stopped.value)
+    no_error_lines(capsys)
+
+
+def play_episode(policy, env, deterministic: bool) -> tuple[list[np.ndarray], object]:
+    """One episode with the policy, the state passed back in; the observations it acted on, and the last state."""
+    obs, _ = env.reset(seed=0)
+    state, start, seen = None, True, []
+    for _ in range(500):
+        seen.append(obs)
+        action, state = policy.predict(obs, state, episode_start=np.array([start]), deterministic=deterministic)
+        assert env.action_space.contains(action)
+        obs, _, terminated, truncated, _ = env.step(action)
+        start = False
+        if terminated or truncated:
+            break
+    return seen, state
+
+
+@pytest.mark.parametrize("network", ["mlp", "lstm"])
+def test_load_predict_plays_an_episode_passing_the_state_back(runs, network):
+    policy = acer_sync.load(runs[network])
+    assert policy.recurrent == (network == "lstm") and policy.observation_shape == (4,)
+    seen, state = play_episode(policy, gym.make("CartPole-v1"), deterministic=True)
+    assert len(seen) >= 8
+    if network == "mlp":
+        assert state is None
+        return
+    # The state that predict threaded through the episode is the network's own unroll of it.
+    model = policy.model
+    obs = torch.as_tensor(np.stack(seen)).reshape(len(seen), 1, 1, 4)
+    firsts = torch.zeros(len(seen), 1, dtype=torch.bool)
+    with torch.no_grad():
+        _, (h, c) = model.unroll(obs, firsts, model.initial_state(1))
+    np.testing.assert_allclose(state[0], h.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state[1], c.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("network", ["mlp", "lstm"])
+def test_predict_takes_one_observation_or_a_batch(runs, network):
+    policy = acer_sync.load(runs[network] / "checkpoints" / "latest.pt")
+    batch = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    actions, state = policy.predict(batch, deterministic=True)
+    assert actions.shape == (5,) and actions.dtype == np.int64
+    for row, action in zip(batch, actions):
+        single, _ = policy.predict(row, deterministic=True)
+        assert np.ndim(single) == 0 and single == action
+    if network == "lstm":
+        assert [s.shape for s in state] == [(5, 8), (5, 8)]
+        # episode_start resets the state of the envs it marks, and only theirs.
+        _, carried = policy.predict(batch, state, deterministic=True)
+        _, restarted = policy.predict(batch, state, episode_start=[True, False, False, False, True], deterministic=True)
+        _, fresh = policy.predict(batch, deterministic=True)
+        for s_restarted, s_carried, s_fresh in zip(restarted, carried, fresh):
+            np.testing.assert_array_equal(s_restarted[[0, 4]], s_fresh[[0, 4]])
+            np.testing.assert_array_equal(s_restarted[1:4], s_carried[1:4])
+            assert not np.allclose(s_carried[0], s_fresh[0])
+    with pytest.raises(acer_sync.UserError, match=r"predict takes an observation of shape \(4,\)"):
+        policy.predict(np.zeros((2, 3)))
+
+
+def test_make_env_observations_are_the_actors_stacks_on_atari():
+    # Breakout: a FIRE game with lives, so the life-loss actions are played too. The Actor's side
+    # plays the same preprocessed env through a vector env, as evaluation does.
+    info = env_info("BreakoutNoFrameskip-v4")
+    vector = VecEnv(info, 1, "sync", noop_max=0)
+    actor = Actor(NeverFire(info.n_actions), info, 1, torch.device("cpu"))
+    tracker = EpisodeTracker(1, life_loss_ends_episode=False, clip_rewards=False)
+    lives_lost = 0
+
+    def actor_step() -> tuple[float, bool]:
+        nonlocal lives_lost
+        actions, _ = actor.act()
+        frames, rewards, terminated, truncated, lives = vector.step(actions)
+        _, game_over, _ = tracker.step(rewards, terminated, truncated, lives)
+        actor.observe(frames, game_over, tracker.life_lost, game_over)
+        lives_lost += int(tracker.life_lost[0])
+        return float(rewards[0]), bool(game_over[0])
+
+    frames, lives = vector.reset(seed=3)
+    tracker.reset(lives)
+    actor.reset(frames)
+    env = acer_sync.make_env("BreakoutNoFrameskip-v4", noop_max=0)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (4, 84, 84) == env.observation_space.shape
+    np.testing.assert_array_equal(obs, actor.observation[0])
+    games = 0
+    while games < 2:
+        obs, reward, terminated, truncated, _ = env.step(0)
+        total, game_over = actor_step()
+        while not game_over and len(actor.life_loss_actions.forced()[0]):  # the Actor plays them step by step
+            step_reward, game_over = actor_step()
+            total += step_reward
+        assert (terminated or truncated) == game_over and reward == total
+        if game_over:
+            games += 1
+            obs, _ = env.reset()
+        np.testing.assert_array_equal(obs, actor.observation[0])
+    vector.close()
+    assert lives_lost >= 4  # the forced actions after lost lives were played, on both sides
+
+
+def test_make_env_observations_play_with_predict(runs):
+    policy = acer_sync.load(runs["mlp"])
+    env = acer_sync.make_env("CartPole-v1")
+    obs, _ = env.reset(seed=1)
+    action, _ = policy.predict(obs)
+    env.step(action)
+
+
+def test_a_gaussian_policy_predicts_actions_inside_the_box(tmp_path):
+    run_dir = acer_sync.train("Pendulum-v1", run_dir=tmp_path / "run", progress_bar=False,
+                              **{**SMALL, "total_timesteps": 80, "policy_std": 5.0})
+    assert load_checkpoint(run_dir)["action_high"] == [2.0]
+    policy = acer_sync.load(run_dir)
+    observations = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    actions, state = policy.predict(observations)
+    assert actions.shape == (64, 1) and state is None
+    assert np.abs(actions).max() == 2.0  # σ of 5 half-widths: many samples fall outside, and are clipped
+    single, _ = policy.predict(observations[0], deterministic=True)
+    assert single.shape == (1,)

@@ -1,0 +1,160 @@
+"""tools/: reading Baselines' benchmark curves off its SVG plots, and the share of forced steps in a saved buffer."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from acer_sync.config import build_config
+from acer_sync.learn import Trainer
+from atari.envs import env_info
+from tools import baselines_curve, forced_steps
+from helpers import ROOT
+
+CURVE_STEPS = np.linspace(0, 10_000_000, 100)  # as the benchmark page draws each algorithm
+
+
+def pong_like(steps: np.ndarray) -> np.ndarray:
+    return -20 + 40 * (steps / 1e7) ** 2
+
+
+def breakout_like(steps: np.ndarray) -> np.ndarray:
+    return 450 * np.sin(steps / 1e7 * np.pi / 2)
+
+
+def svg_plot(title: str, curves: dict[str, np.ndarray], grid: bool) -> str:
+    """One matplotlib SVG plot as the page has them: a shaded band and a line per colour, text as <text>."""
+    with plt.rc_context({"svg.fonttype": "none"}):
+        figure, panel = plt.subplots(figsize=(8, 2))
+        for color, returns in curves.items():
+            panel.fill_between(CURVE_STEPS, returns - 5, returns + 5, color=color, alpha=0.3)
+            panel.plot(CURVE_STEPS, returns, color=color)
+        panel.set_title(title)
+        panel.grid(grid)
+        text = io.StringIO()
+        figure.savefig(text, format="svg")
+        plt.close(figure)
+    return text.getvalue()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    """A page of two plots like benchmarks_atari10M.htm's, one with grid lines (as the page's) and one without."""
+    acer, a2c = baselines_curve.ALGORITHM_COLORS["acer"], baselines_curve.ALGORITHM_COLORS["a2c"]
+    pong = svg_plot("Pong", {acer: pong_like(CURVE_STEPS), a2c: -pong_like(CURVE_STEPS)}, grid=True)
+    breakout = svg_plot("Breakout", {a2c: breakout_like(CURVE_STEPS) / 2, acer: breakout_like(CURVE_STEPS)}, grid=False)
+    return f"<html><body><h3>Learning Curves</h3>\n{pong}\n{breakout}\n</body></html>"
+
+
+@pytest.mark.parametrize("game, algo, truth", [
+    ("Pong", "acer", pong_like), ("Pong", "a2c", lambda steps: -pong_like(steps)),
+    ("Breakout", "acer", breakout_like), ("Breakout", "a2c", lambda steps: breakout_like(steps) / 2),
+])
+def test_a_line_is_read_through_the_axis_ticks_and_interpolated(page, game, algo, truth):
+    steps = baselines_curve.DEFAULT_STEPS
+    read = baselines_curve.read_curve(page, game, baselines_curve.ALGORITHM_COLORS[algo], steps)
+    # The drawn line joins the 100 points with straight segments: so does the reading.
+    expected = np.interp(steps, CURVE_STEPS, truth(CURVE_STEPS))
+    span = np.ptp(truth(CURVE_STEPS))
+    np.testing.assert_allclose(read, expected, atol=1e-4 * span)
+
+
+def test_the_script_prints_the_json_of_atari_scores(tmp_path, page):
+    path = tmp_path / "page.htm"
+    path.write_text(page)
+    result = subprocess.run([sys.executable, "tools/baselines_curve.py", str(path), "Breakout", "--steps", "1000000", "5000000"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    curve = json.loads(result.stdout)
+    assert curve["steps"] == [1_000_000, 5_000_000]
+    assert curve["returns"] == [round(float(breakout_like(np.array(step))), 1) for step in (1_000_000, 5_000_000)]
+
+
+@pytest.mark.parametrize("game, message", [
+    ("Seaquest", "has no plot titled 'Seaquest'; it has Breakout, Pong"),
+    (None, "No such file or directory"),
+])
+def test_a_missing_plot_or_page_is_one_line(tmp_path, page, game, message):
+    path = tmp_path / "page.htm"
+    if game is not None:
+        path.write_text(page)
+    result = subprocess.run([sys.executable, "tools/baselines_curve.py", str(path), game or "Pong"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("baselines_curve.py: error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def write_buffer(path: Path, mu: np.ndarray, nsegments: int, segments_stored: int, steps_written: int) -> Path:
+    """A buffer.npz with the arrays --save-buffer writes (frames and the rest tiny: they are not read)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps, num_envs = mu.shape[:2]
+    np.savez(path, frames=np.zeros((steps + 4, num_envs, 2, 2), np.uint8), firsts=np.zeros((steps + 4, num_envs), bool),
+             actions=mu.argmax(-1).astype(np.uint8), mu=mu, rewards=np.zeros((steps, num_envs), np.float32),
+             dones=np.zeros((steps, num_envs), bool), timeout_values=np.zeros((steps, num_envs), np.float32),
+             segment_start=np.zeros(nsegments, np.int64), counters=np.array([steps_written, segments_stored], np.int64))
+    return path
+
+
+def test_forced_steps_counts_one_hot_mu_of_the_stored_segments_only(tmp_path, capsys):
+    """3 segments of 4 steps, 2 envs, 4 actions; 2 segments stored (16 steps). Their one-hot μ:
+    NOOP twice, FIRE once, action 2 once, action 3 once; a μ of 1 − 1e-7 is not one-hot, and the
+    one-hot rows of the unstored third segment do not count."""
+    mu = np.full((12, 2, 4), 0.25, dtype=np.float32)
+    one_hot = np.eye(4, dtype=np.float32)
+    mu[0, 0], mu[1, 0], mu[2, 0], mu[5, 1], mu[6, 1] = one_hot[[0, 1, 2, 0, 3]]
+    mu[7, 1] = [1 - 1e-7, 1e-7, 0, 0]
+    mu[3, 1] = 0  # no action with probability 1
+    mu[8:] = one_hot[0]  # the third segment: never stored
+    write_buffer(tmp_path / "run" / "checkpoints" / "buffer.npz", mu, nsegments=3, segments_stored=2, steps_written=8)
+    np.testing.assert_array_equal(forced_steps.forced_counts(mu[:8]), [2, 1, 1, 1])
+    assert forced_steps.main([str(tmp_path / "run")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("buffer.npz: 16 stored steps (2 envs x 8, the newest of 8 per env)")
+    assert lines[1:] == [
+        "one-hot mu (forced after a lost life): 31.25% (5 steps)",
+        "  NOOP (action 0): 12.50% (2)", "  FIRE (action 1): 6.25% (1)", "  action 2: 6.25% (1)",
+        "  actions above 2: 6.25% (1)",
+    ]
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist (the run needs --save-buffer)"),
+    (b"not a zip", "buffer.npz: "),
+    ({"mu": np.zeros((4, 1, 3), np.float32)}, "has no segment_start array"),
+])
+def test_forced_steps_bad_input_is_one_line(tmp_path, content, message):
+    buffer_file = tmp_path / "run" / "checkpoints" / "buffer.npz"
+    buffer_file.parent.mkdir(parents=True)
+    if isinstance(content, bytes):
+        buffer_file.write_bytes(content)
+    elif content is not None:
+        np.savez(buffer_file, **content)
+    result = subprocess.run([sys.executable, "tools/forced_steps.py", str(tmp_path / "run")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("forced_steps.py: error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("env, forced", [("BreakoutNoFrameskip-v4", True), ("PongNoFrameskip-v4", False)])
+def test_a_short_atari_run_stores_forced_steps_only_where_lives_are_lost(tmp_path, env, forced):
+    """400 steps of 2 envs with --save-buffer: Breakout (5 lives, FIRE) stores NOOP, FIRE, action 2
+    after each lost life, equally often; Pong (a FIRE game without lives) never loses one."""
+    config = build_config(True, dict(env=env, vec_env="sync", num_envs=2, total_timesteps=400, buffer_size=200,
+                                     replay_ratio=0, eval_every=0, threads=1, save_buffer=True))
+    assert Trainer(config, env_info(env), tmp_path, progress_bar=False).train().finished
+    mu, stored, written = forced_steps.stored_mu(tmp_path / forced_steps.BUFFER_PATH)
+    assert stored == written == 200 and mu.shape == (200, 2, env_info(env).n_actions)
+    counts = forced_steps.forced_counts(mu)
+    if forced:
+        assert counts[0] > 0 and counts[0] == counts[1] == counts[2] and counts[3:].sum() == 0
+    else:
+        assert counts.sum() == 0
