@@ -316,7 +316,8 @@ def test_bf16_on_cuda_runs_the_passes_in_bf16_and_the_math_in_float32():
     stats = agent.update(batch, lr=1e-3)
     assert torch.bfloat16 in q_dtypes and stats["nonfinite"] == 0
     assert all(p.dtype == torch.float32 for p in net.parameters())
-    pi, q = agent.net.heads(agent.net.unroll(batch.obs, batch.firsts, ())[0])
+    with torch.no_grad():
+        pi, q = agent.net.heads(agent.net.unroll(batch.obs, batch.firsts, ())[0])
     assert pi.dtype == q.dtype == torch.float32 and pi.device.type == "cuda"
     assert math.isclose(pi.sum(-1).mean().item(), 1.0, rel_tol=1e-5)
     assert np.isfinite(q.cpu().numpy()).all()
