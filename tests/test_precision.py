@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import acer_sync
 import train
 from acer_sync import losses, precision
 from acer_sync.agent import ACER
@@ -264,6 +265,10 @@ def test_a_bf16_checkpoint_resumes_in_fp32_and_back(tmp_path, capsys):
     steps.append((final["config"]["precision"], final["counters"]["timesteps"]))
     assert steps == [("bf16", 20), ("fp32", 40), ("bf16", 60)]
     assert _all_float32(final)
+    policy = acer_sync.load(run_dir)  # play.py and the library act in the checkpoint's precision
+    assert policy.precision == "bf16" and policy.net.bf16
+    frames = np.zeros((2, *policy.observation_shape), dtype=np.uint8)
+    assert policy.predict(frames)[0].shape == (2,)
     assert capsys.readouterr().err.count("warning: --precision bf16") == (0 if NATIVE_BF16_CPU else 2)
 
 
