@@ -474,7 +474,7 @@ def test_shipped_env_files_hold_only_what_their_reported_runs_used(path):
     env_id = path.stem
     _, settings = load_env_settings(env_id)
     assert settings, path
-    info = env_info(env_id)
+    info = env_info(f"popgym:{env_id}" if env_id.startswith("popgym-") else env_id)  # POPGym's ids need its module
     preset = build_config(info.atari, {}, continuous=info.continuous)
     runs = sorted((ROOT / "docs" / "runs").glob(f"{env_id}*/config.json"))
     for name, value in settings.items():
