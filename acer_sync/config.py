@@ -55,6 +55,9 @@ class Config:
         "or cnn_lstm (Nature CNN then an LSTM)", choices=("auto", "mlp", "cnn", "lstm", "cnn_lstm"),
     )
     lstm_size: int = _f(128, "units of the LSTM (lstm and cnn_lstm networks)")
+    # stored is the default because it won on popgym-PositionOnlyCartPoleEasy-v0 (3 seeds each, 150k
+    # steps, README "Recurrent policies"): stored reached a 100-episode mean of 0.95 on 3 of 3 seeds,
+    # burn_in on 2 (earlier, at 42k and 47k, but its late mean was lower), zero on 1.
     replay_state: str = _f(
         "stored", "where a recurrent network's replay starts: stored (the state the acting network carried into the "
         "segment), burn_in (off-policy only: the previous segment's stored state, unrolled through that segment "
