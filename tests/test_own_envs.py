@@ -434,7 +434,7 @@ def test_an_env_file_is_checked_as_a_config_file(tmp_path):
 
 
 def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path):
-    """Pendulum-v1's shipped file sets gamma 0.9, total_timesteps 100000, vec_env sync and threads 1."""
+    """Pendulum-v1's shipped file sets gamma 0.9, total_timesteps 100000 and vec_env sync (threads 1 is the preset's)."""
     config_file = tmp_path / "run.yaml"
     config_file.write_text("gamma: 0.95\ntotal_timesteps: 20\nnum_envs: 1\nnsteps: 5\neval_every: 0\n")
     result = subprocess.run(
@@ -444,12 +444,13 @@ def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path)
     )
     assert result.returncode == 0, result.stderr
     config = json.loads((tmp_path / "run" / "config.json").read_text())["config"]
-    assert config["vec_env"] == "sync" and config["threads"] == 1  # the file beats the preset
+    assert config["vec_env"] == "sync"  # the file beats the preset (which leaves the backend to the env kind)
+    assert config["threads"] == 1  # the continuous preset's
     assert config["total_timesteps"] == 20  # --config beats the file
     assert config["gamma"] == 0.8  # a flag beats --config and the file
     assert config["lr"] == build_config(False, {}, continuous=True).lr  # the preset where none speaks
     lines = [line for line in result.stdout.splitlines() if line.startswith("tuned settings")]
-    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync, threads=1 "
+    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync "
                      "(overridden by your settings: gamma, total_timesteps)"], result.stdout
 
 
