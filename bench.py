@@ -1,6 +1,6 @@
 """Measure training speed and memory on the real training path.
 
-``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--precision fp32|bf16] [--json]``
+``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--network auto|...|cnn_lstm] [--precision fp32|bf16] [--json]``
 
 Four measurements, each for a quarter of ``--seconds`` after a warm-up:
 
@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from acer_sync.buffer import SEGMENT, ReplayBuffer, Segment, empty_segment, to_batch
 from acer_sync.cli import OneLineParser
-from acer_sync.config import build_config, validate
+from acer_sync.config import NETWORKS, build_config, validate
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import Trainer, build_model
 from acer_sync.optim import RMSpropTF
@@ -54,6 +54,7 @@ def parse_args(argv: list[str]):
     parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
     parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training forward pass, as train.py --compile")
+    parser.add_argument("--network", choices=NETWORKS, default="auto", help="the torso, as train.py --network (default: auto)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
     return parser.parse_args(argv)
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
-                     precision=args.precision,
+                     precision=args.precision, network=args.network,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9, log_seconds=0,
                      checkpoint_every=10**12, total_timesteps=10**12)
     info = env_info(args.env)
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
         "compile": config.compile,
+        "network": trainer.model.spec()["arch"],
         "precision": config.precision,
         "bf16_passes": runs_in_bf16(trainer.model, config.precision),
         "env_backend": choose_backend(info, config.vec_env),

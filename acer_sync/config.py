@@ -10,6 +10,9 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+#: The values of ``--network``: the torsos.
+NETWORKS = ("auto", "mlp", "cnn", "lstm", "cnn_lstm")
+
 
 def _f(default, help: str, **metadata):
     return field(default=default, metadata={"help": help, **metadata})
@@ -52,7 +55,7 @@ class Config:
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
     network: str = _f(
         "auto", "the network's torso: auto (cnn for Atari frames, mlp for vectors), mlp, cnn, lstm (MLP then an LSTM) "
-        "or cnn_lstm (Nature CNN then an LSTM)", choices=("auto", "mlp", "cnn", "lstm", "cnn_lstm"),
+        "or cnn_lstm (Nature CNN then an LSTM)", choices=NETWORKS,
     )
     lstm_size: int = _f(128, "units of the LSTM (lstm and cnn_lstm networks)")
     # stored is the default because it won on popgym-PositionOnlyCartPoleEasy-v0 (3 seeds each, 150k
