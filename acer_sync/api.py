@@ -71,7 +71,7 @@ def train(
     :param run_dir: the run directory (default: ``runs/<env>__<seed>__<time>``); it must not
         already hold a run.
     :param resume: continue the run in this directory from its latest checkpoint instead;
-        ``settings`` may then change only ``total_timesteps``, ``device`` and ``threads``, and
+        ``settings`` may then change only ``total_timesteps``, ``device``, ``threads`` and ``precision``, and
         ``env`` (needed again for a run of a callable) must be the run's own.
     :param progress_bar: show a tqdm bar.
     :param on_progress: called with each progress row, after it is written to ``progress.csv``.

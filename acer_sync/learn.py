@@ -185,6 +185,9 @@ class Trainer:
         self.on_progress = on_progress
         self.on_checkpoint = on_checkpoint
         self.stop = GracefulStop()
+        # torch's thread count is the process's: close() gives the caller's back (the classic and
+        # continuous presets set 1, and a library user's process goes on after the run).
+        self.threads_before = torch.get_num_threads()
         if config.threads:
             torch.set_num_threads(config.threads)
         self.device = select_device(config.device)
@@ -500,6 +503,7 @@ class Trainer:
         return row
 
     def close(self) -> None:
+        torch.set_num_threads(self.threads_before)
         self.logger.close()
         self.env.close()
         if self.eval_env is not None:

@@ -136,7 +136,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         env_kwargs = dict(config.get("env_kwargs") or {})  # older checkpoints have none
         precision = str(config.get("precision", "fp32"))  # nor a precision: they ran in fp32
         if precision not in PRECISIONS:
-            raise ValueError(precision)
+            raise UserError(f"{path} was saved with precision {precision!r}; this version knows {', '.join(PRECISIONS)}")
         model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:

@@ -460,5 +460,6 @@ class VecEnv:
 
 
 def choose_backend(info: EnvInfo, requested: str = "") -> str:
-    """The backend asked for, or the default: ``ale`` for Atari, ``subproc`` otherwise."""
+    """The backend asked for, or the default: ``ale`` for Atari, ``subproc`` otherwise (the
+    classic-control preset asks for ``sync``)."""
     return requested or ("ale" if info.atari else "subproc")

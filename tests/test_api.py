@@ -281,3 +281,16 @@ def test_a_gaussian_policy_predicts_actions_inside_the_box(tmp_path):
     assert np.abs(actions).max() == 2.0  # σ of 5 half-widths: many samples fall outside, and are clipped
     single, _ = policy.predict(observations[0], deterministic=True)
     assert single.shape == (1,)
+
+
+def test_a_run_gives_the_callers_torch_thread_count_back(tmp_path):
+    # The classic preset trains on one torch thread; the caller's process keeps its own count.
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False,
+                                  **{key: value for key, value in SMALL.items() if key != "vec_env"})
+        assert json.loads((run_dir / "config.json").read_text())["config"]["threads"] == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

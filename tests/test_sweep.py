@@ -432,3 +432,21 @@ def test_run_directories_inside_the_repository_stay_out_of_the_upload():
     assert code_excludes(REPO_ROOT / "out" / "runs") == [*CODE_EXCLUDES, "/out/runs/"]
     assert code_excludes(Path("/somewhere/else/runs")) == list(CODE_EXCLUDES)
     assert code_excludes(REPO_ROOT) == list(CODE_EXCLUDES)
+
+
+def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_names_the_setting(tmp_path):
+    from sweeps.launch import RECORD_FILE, check_same_sweep
+
+    sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000}\ntrial: {cpus: 1}\n"))
+    sweep_dir = tmp_path / "runs" / sweep.name
+    check_same_sweep(sweep, sweep_dir)  # records the sweep
+    record = json.loads((sweep_dir / RECORD_FILE).read_text())
+    for config in record["trials"].values():
+        del config["precision"]  # written before --precision existed: those trials ran in fp32
+    (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
+    check_same_sweep(sweep, sweep_dir)
+    for config in record["trials"].values():
+        config["lr"] = 0.5
+    (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"run from a different file \(its trials differ: lr\)"):
+        check_same_sweep(sweep, sweep_dir)
