@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from acer_sync.cli import OneLineParser
-from acer_sync.config import field_default
-from acer_sync.config import fields as config_fields
+from acer_sync.config import setting_defaults
 from acer_sync.errors import UserError, run_cli
 from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
 
@@ -34,7 +33,7 @@ IGNORED_FOR_GROUPING = (
 )
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
 #: its default does (``reward_scale`` 1, no observation normalization, ...).
-SETTING_DEFAULTS = {field.name: field_default(field) for field in config_fields()}
+SETTING_DEFAULTS = setting_defaults()
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
 USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean", "updates")
 PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"

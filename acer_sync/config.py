@@ -151,6 +151,12 @@ def field_default(f: dataclasses.Field):
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
+def setting_defaults() -> dict:
+    """Every setting at its default: what a setting that a saved config lacks was, since a run (or a
+    sweep) recorded before the setting existed behaved as its default does."""
+    return {f.name: field_default(f) for f in fields()}
+
+
 def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:
     """The preset for this kind of env, then the env's own tuned settings (``configs/envs/``),
     then the user's ``overrides`` (non-None values) on top."""

@@ -32,7 +32,7 @@ from ray import tune
 from ray.tune import CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from acer_sync.config import field_default, fields
+from acer_sync.config import setting_defaults
 from acer_sync.errors import UserError
 from acer_sync.run_metadata import git_commit
 from sweeps.spec import Sweep, sweep_record
@@ -241,15 +241,17 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
         saved = json.loads(record_path.read_text())
         # A setting added to Config since the sweep was started is recorded at its default, which
         # is how the sweep's trials ran (precision fp32, say).
-        defaults = json.loads(json.dumps({f.name: field_default(f) for f in fields()}, default=str))
-        if isinstance(saved.get("trials"), dict):
-            saved["trials"] = {name: {**defaults, **config} if isinstance(config, dict) else config
-                               for name, config in saved["trials"].items()}
+        defaults = json.loads(json.dumps(setting_defaults(), default=str))
+        trials = saved.get("trials")
+        if isinstance(trials, dict):
+            saved["trials"] = trials = {name: {**defaults, **config} if isinstance(config, dict) else config
+                                        for name, config in trials.items()}
+        else:
+            trials = {}
         if saved != record:
             changed = sorted(key for key in record if saved.get(key) != record[key])
-            settings = sorted({key for name, config in record["trials"].items() for key in config
-                               if isinstance(saved.get("trials"), dict) and isinstance(saved["trials"].get(name), dict)
-                               and saved["trials"][name].get(key) != config[key]})
+            settings = sorted({key for name, config in record["trials"].items() if isinstance(trials.get(name), dict)
+                               for key, value in config.items() if trials[name].get(key) != value})
             raise UserError(
                 f"{sweep_dir} holds sweep {saved.get('name')!r} run from a different file (its {', '.join(changed)} differ"
                 + (f": {', '.join(settings)}" if settings else "") + "); "
