@@ -33,11 +33,11 @@ from tqdm import tqdm
 
 from acer_sync.buffer import SEGMENT, ReplayBuffer, Segment, empty_segment, to_batch
 from acer_sync.cli import OneLineParser
-from acer_sync.config import NETWORKS, build_config, validate
+from acer_sync.config import NETWORKS, PRECISIONS, build_config, validate
 from acer_sync.errors import UserError, run_cli
 from acer_sync.learn import Trainer, build_model
 from acer_sync.optim import RMSpropTF
-from acer_sync.precision import PRECISIONS, autocast, runs_in_bf16, to_float32
+from acer_sync.precision import autocast, runs_in_bf16, to_float32
 from acer_sync.run_metadata import package_versions
 from atari.envs import VecEnv, choose_backend, env_info
 

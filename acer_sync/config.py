@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 #: The values of ``--network``: the torsos.
 NETWORKS = ("auto", "mlp", "cnn", "lstm", "cnn_lstm")
+#: The values of ``--precision`` (:mod:`acer_sync.precision`).
+PRECISIONS = ("fp32", "bf16")
 
 
 def _f(default, help: str, **metadata):
@@ -50,7 +52,7 @@ class Config:
     precision: str = _f(
         "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "
         "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32; may change on --resume)",
-        choices=("fp32", "bf16"),
+        choices=PRECISIONS,
     )
     hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
     network: str = _f(

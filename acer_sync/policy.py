@@ -17,11 +17,12 @@ import torch
 
 from acer_sync.actor import choose_actions
 from acer_sync.checkpoint import load_checkpoint
+from acer_sync.config import PRECISIONS
 from acer_sync.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.errors import UserError
 from acer_sync.learn import select_device
 from acer_sync.networks import Network, canonical_spec, network_from_spec
-from acer_sync.precision import PRECISIONS, NetworkPasses
+from acer_sync.precision import NetworkPasses
 from atari.envs import (
     ATARI_ENTRY_POINT,
     ATARI_STACK,

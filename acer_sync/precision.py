@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-#: The values of ``--precision``.
-PRECISIONS = ("fp32", "bf16")
+from acer_sync.config import PRECISIONS
+
 #: The torsos (``spec()["arch"]``) whose passes run in bf16 under ``--precision bf16``.
 BF16_ARCHS = ("cnn", "cnn_lstm")
 #: CPU flags of native bfloat16 arithmetic in /proc/cpuinfo: x86's AVX512-BF16 and AMX, Arm's BF16.
@@ -64,7 +64,7 @@ class NetworkPasses:
 
     def __init__(self, model, precision: str, device: torch.device):
         self.model = model
-        self.bf16 = precision != "fp32" and runs_in_bf16(model, precision)
+        self.bf16 = runs_in_bf16(model, precision)
         self.device = torch.device(device)
 
     def _run(self, method, *args):
