@@ -43,6 +43,29 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def random_batch(T, N, obs_shape, n_actions, gaussian, seed, frames=False, timeout_values=None) -> dict:
+    """The fields of a random update batch (obs [T+1, N, ...], actions, μ, rewards, dones), from ``seed``.
+
+    Frames are uint8 with ``frames``, else standard normal; μ is a softmax for discrete actions, a
+    Gaussian's [mean, log σ = −1] for ``gaussian`` ones (``n_actions`` then is the action's size).
+    """
+    g = torch.Generator().manual_seed(seed)
+    if frames:
+        obs = torch.randint(0, 256, (T + 1, N, *obs_shape), generator=g, dtype=torch.uint8)
+    else:
+        obs = torch.randn(T + 1, N, *obs_shape, generator=g)
+    if gaussian:
+        actions = torch.randn(T, N, n_actions, generator=g)
+        mu = torch.cat([torch.randn(T, N, n_actions, generator=g) * 0.1, torch.full((T, N, n_actions), -1.0)], -1)
+    else:
+        actions = torch.randint(0, n_actions, (T, N), generator=g)
+        mu = torch.softmax(torch.randn(T, N, n_actions, generator=g), -1)
+    return dict(
+        obs=obs, actions=actions, mu=mu, rewards=torch.randn(T, N, generator=g),
+        dones=(torch.rand(T, N, generator=g) < 0.2).float(), timeout_values=timeout_values,
+    )
+
+
 def ff_batch(obs, actions, mu, rewards, dones, timeout_values=None) -> Batch:
     """An update batch for a feed-forward network: no episode starts inside, no recurrent state."""
     T, N = actions.shape[:2]

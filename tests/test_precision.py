@@ -21,7 +21,7 @@ from acer_sync.precision import NetworkPasses, cpu_bf16_flags, native_bf16, runs
 from acer_sync.runner import Runner
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import ff_batch
+from helpers import ff_batch, random_batch
 
 CPU = torch.device("cpu")
 NATIVE_BF16_CPU = native_bf16(CPU)
@@ -95,27 +95,6 @@ def test_a_bf16_pass_returns_float32_computed_in_bf16():
     torch.testing.assert_close(outputs["bf16"][0].sum(-1), torch.ones(10))  # π is a float32 softmax
 
 
-def _categorical_batch(T, N, obs_shape, n_actions, seed, frames):
-    g = torch.Generator().manual_seed(seed)
-    if frames:
-        obs = torch.randint(0, 256, (T + 1, N, *obs_shape), generator=g, dtype=torch.uint8)
-    else:
-        obs = torch.randn(T + 1, N, *obs_shape, generator=g)
-    return ff_batch(
-        obs, torch.randint(0, n_actions, (T, N), generator=g), torch.softmax(torch.randn(T, N, n_actions, generator=g), -1),
-        torch.randn(T, N, generator=g), (torch.rand(T, N, generator=g) < 0.2).float(),
-    )
-
-
-def _gaussian_batch(T, N, obs_dim, action_dim, seed):
-    g = torch.Generator().manual_seed(seed)
-    mu = torch.cat([torch.randn(T, N, action_dim, generator=g) * 0.1, torch.full((T, N, action_dim), -1.0)], -1)
-    return ff_batch(
-        torch.randn(T + 1, N, 1, obs_dim, generator=g), torch.randn(T, N, action_dim, generator=g), mu,
-        torch.randn(T, N, generator=g), (torch.rand(T, N, generator=g) < 0.2).float(),
-    )
-
-
 MATH = ("q_retrace", "importance_weights", "acer_policy_gain", "kl_grad", "trust_region_adjust", "entropy",
         "gaussian_log_prob", "gaussian_kl_grad", "sdn_q", "gaussian_policy_gain", "value_target", "retrace_weight_continuous")
 
@@ -126,11 +105,11 @@ def test_the_math_receives_float32_when_the_network_runs_in_bf16(kind, monkeypat
     T, N = 3, 2
     if kind in ("cnn", "cnn_lstm"):
         model = ActorCritic(FRAMES, 3, "cnn") if kind == "cnn" else RecurrentActorCritic(FRAMES, 3, "cnn_lstm", lstm_size=8)
-        batch = _categorical_batch(T, N, FRAMES, 3, seed=1, frames=True)
+        batch = ff_batch(**random_batch(T, N, FRAMES, 3, False, seed=1, frames=True))
     else:
         model = (GaussianActorCritic((1, 3), 2, (8,), [0.5, 0.5], True) if kind == "gaussian mlp"
                  else RecurrentGaussianActorCritic((1, 3), 2, "lstm", (8,), [0.5, 0.5], lstm_size=8))
-        batch = _gaussian_batch(T, N, 3, 2, seed=1)
+        batch = ff_batch(**random_batch(T, N, (1, 3), 2, True, seed=1))
     batch["state"] = model.initial_state(N)
     seen: dict[str, set] = {}
     for name in MATH:
@@ -316,7 +295,7 @@ def test_bf16_on_cuda_runs_the_passes_in_bf16_and_the_math_in_float32():
     q_dtypes = []
     net.q_head.register_forward_hook(lambda module, args, output: q_dtypes.append(output.dtype))
     agent = ACER(net, build_config(False, dict(env="CartPole-v1", precision="bf16")))
-    batch = _categorical_batch(3, 2, FRAMES, 3, seed=1, frames=True)
+    batch = ff_batch(**random_batch(3, 2, FRAMES, 3, False, seed=1, frames=True))
     batch = ff_batch(*(getattr(batch, key).to(cuda) for key in ("obs", "actions", "mu", "rewards", "dones")))
     stats = agent.update(batch, lr=1e-3)
     assert torch.bfloat16 in q_dtypes and stats["nonfinite"] == 0

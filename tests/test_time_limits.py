@@ -19,6 +19,7 @@ from acer_sync.optim import RMSpropTF
 from acer_sync.runner import Runner
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
+from helpers import random_batch
 
 
 def test_q_retrace_bootstraps_a_truncated_step_from_its_final_value():
@@ -38,24 +39,6 @@ def test_zero_timeout_values_change_no_bit():
     args = (torch.randn(7, 3, generator=g), (torch.rand(7, 3, generator=g) < 0.3).float(), torch.randn(7, 3, generator=g),
             torch.randn(8, 3, generator=g), torch.rand(7, 3, generator=g) * 2, 0.99)
     assert torch.equal(losses.q_retrace(*args), losses.q_retrace(*args, timeout_values=torch.zeros(7, 3)))
-
-
-def _random_batch(T, N, obs_shape, n_actions, gaussian, timeout_values, seed, frames=False):
-    g = torch.Generator().manual_seed(seed)
-    if frames:
-        obs = torch.randint(0, 256, (T + 1, N, *obs_shape), generator=g, dtype=torch.uint8)
-    else:
-        obs = torch.randn(T + 1, N, *obs_shape, generator=g)
-    if gaussian:
-        actions = torch.randn(T, N, n_actions, generator=g)
-        mu = torch.cat([torch.randn(T, N, n_actions, generator=g) * 0.1, torch.full((T, N, n_actions), -1.0)], -1)
-    else:
-        actions = torch.randint(0, n_actions, (T, N), generator=g)
-        mu = torch.softmax(torch.randn(T, N, n_actions, generator=g), -1)
-    return dict(
-        obs=obs, actions=actions, mu=mu, rewards=torch.randn(T, N, generator=g),
-        dones=(torch.rand(T, N, generator=g) < 0.2).float(), timeout_values=timeout_values,
-    )
 
 
 def _updated_both_ways(make_model, config, batch, updates=3):
@@ -87,7 +70,7 @@ def test_discrete_update_is_bit_identical_to_the_frozen_reference_with_or_withou
     # parameters would differ between CPUs (AVX2, AVX-512).
     config = Config(env="test", nsteps=5, num_envs=3, hidden="16")
     for timeout_values in (None, torch.zeros(5, 3)):
-        batch = _random_batch(5, 3, (1, 4), 3, False, timeout_values, seed=4)
+        batch = random_batch(5, 3, (1, 4), 3, False, seed=4, timeout_values=timeout_values)
         model, average, reference, reference_average = _updated_both_ways(
             lambda: ActorCritic((1, 4), 3, "mlp", (16,)), config, batch
         )
@@ -98,7 +81,7 @@ def test_discrete_update_is_bit_identical_to_the_frozen_reference_with_or_withou
 
 def test_cnn_update_is_bit_identical_to_the_frozen_reference():
     config = Config(env="test", nsteps=4, num_envs=2)
-    batch = _random_batch(4, 2, (4, 36, 36), 4, False, torch.zeros(4, 2), seed=6, frames=True)
+    batch = random_batch(4, 2, (4, 36, 36), 4, False, seed=6, frames=True, timeout_values=torch.zeros(4, 2))
     model, average, reference, reference_average = _updated_both_ways(
         lambda: ActorCritic((4, 36, 36), 4, "cnn"), config, batch, updates=2
     )
@@ -110,7 +93,7 @@ def test_gaussian_update_is_bit_identical_to_the_frozen_reference():
     config = build_config(False, dict(env="test", nsteps=5, num_envs=3, hidden="16"), continuous=True)
     timeout_values = torch.zeros(5, 3)
     timeout_values[4, 1] = 2.5
-    batch = _random_batch(5, 3, (1, 4), 2, True, timeout_values, seed=7)
+    batch = random_batch(5, 3, (1, 4), 2, True, seed=7, timeout_values=timeout_values)
     model, average, reference, reference_average = _updated_both_ways(
         lambda: GaussianActorCritic((1, 4), 2, (16,), [0.3, 0.3], normalize_obs=True), config, batch
     )
