@@ -1,7 +1,15 @@
-"""Watch or record a trained agent: ``python play.py RUN_DIR_OR_CHECKPOINT --episodes 5 --video pong.mp4``."""
+"""Watch or record a trained agent: ``python play.py RUN_DIR_OR_CHECKPOINT --episodes 5 --video pong.mp4``.
+
+``--actions steps.csv`` logs every agent step: the game, the step (counted from 0 over all the
+games played; the video's frame ``step + 1`` is the one after it, frame 0 the reset's), the action
+the env was given and its name, whether it was forced after a lost life rather than chosen by the
+agent, the raw reward, the lives left, and whether the game ended there (on that step, the lives are
+the next game's: the vector env resets in the same step).
+"""
 
 from __future__ import annotations
 
+import csv
 import os
 import sys
 from pathlib import Path
@@ -13,7 +21,7 @@ import torch
 from acer_sync.api import is_callable_env
 from acer_sync.cli import OneLineParser
 from acer_sync.errors import UserError, run_cli
-from acer_sync.evaluation import evaluate
+from acer_sync.evaluation import EnvStep, evaluate
 from acer_sync.policy import Policy, load
 from atari.envs import EnvInfo, VecEnv, env_info
 
@@ -28,6 +36,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("checkpoint", type=Path, help="a run directory (its latest checkpoint) or a checkpoint file")
     parser.add_argument("--episodes", type=int, default=5, help="full games to play (default: 5)")
     parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file")
+    parser.add_argument("--actions", type=Path, default=None,
+                        help="write one CSV row per agent step to this file (game, step, action, forced, reward, lives, ...)")
     parser.add_argument("--greedy", action="store_true", help="take argmax actions instead of sampling from the policy")
     parser.add_argument("--render", action="store_true", help="show the game in a window (needs a display)")
     parser.add_argument("--seed", type=int, default=0, help="env seed (default: 0)")
@@ -68,6 +78,38 @@ def follow_the_agent(env: VecEnv) -> None:
         renderer.camera_id = track
 
 
+class StepLog:
+    """``--actions``: one CSV row per agent step of play.py's one env (:class:`EnvStep`)."""
+
+    COLUMNS = ("game", "step", "action", "action_name", "forced", "reward", "lives", "game_over")
+
+    def __init__(self, handle, action_names: list[str]):
+        self.writer = csv.writer(handle)
+        self.writer.writerow(self.COLUMNS)
+        self.action_names = action_names
+        self.game, self.steps = 1, 0
+
+    def __call__(self, step: EnvStep | None) -> None:
+        if step is None:  # the reset
+            return
+        action = step.actions[0]
+        if np.ndim(action):  # a Box action
+            text, name = " ".join(f"{value:g}" for value in action), ""
+        else:
+            text = str(int(action))
+            name = self.action_names[int(action)] if int(action) < len(self.action_names) else ""
+        self.writer.writerow([self.game, self.steps, text, name, int(step.forced[0]), f"{float(step.raw_rewards[0]):g}",
+                              int(step.lives[0]), int(step.game_over[0])])
+        self.steps += 1
+        self.game += int(step.game_over[0])
+
+
+def action_names(env: VecEnv) -> list[str]:
+    """The names of env 0's discrete actions where it has them (ALE's NOOP, FIRE, ...), else none."""
+    meanings = getattr(env.first_env().unwrapped, "get_action_meanings", None)
+    return [str(name) for name in meanings()] if callable(meanings) else []
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.episodes < 1:
@@ -76,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--render needs a display, and none was found (DISPLAY is not set); record with --video FILE instead")
     if args.video is not None and not args.video.parent.is_dir():
         raise UserError(f"cannot write video {args.video}: folder {args.video.parent} does not exist")
+    if args.actions is not None and not args.actions.parent.is_dir():
+        raise UserError(f"cannot write {args.actions}: folder {args.actions.parent} does not exist")
     if args.video is not None and not args.render:
         # Read when MuJoCo is first imported (building the env below), so it must be set here.
         os.environ.setdefault("MUJOCO_GL", HEADLESS_GL)
@@ -94,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     writer = None
     frames_written = 0
 
-    def record() -> None:
+    def record(_: EnvStep | None) -> None:
         nonlocal writer, frames_written
         if writer is None:
             try:
@@ -118,21 +162,38 @@ def main(argv: list[str] | None = None) -> int:
         writer.write(frame[..., ::-1].copy())  # RGB to BGR
         frames_written += 1
 
+    log_file = None
     try:
+        listeners = [record] if args.video is not None else []
+        if args.actions is not None:
+            try:
+                log_file = open(args.actions, "w", newline="")
+            except OSError as error:
+                raise UserError(f"cannot write {args.actions}: {error.strerror}") from None
+            listeners.append(StepLog(log_file, action_names(env)))
+
+        def on_step(step: EnvStep | None) -> None:
+            for listener in listeners:
+                listener(step)
+
         scores = evaluate(
             model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
             generator=torch.Generator(device=device).manual_seed(args.seed),
-            on_step=record if args.video is not None else None, precision=policy.precision,
+            on_step=on_step if listeners else None, precision=policy.precision,
         )
     finally:
         if writer is not None:
             writer.release()
+        if log_file is not None:
+            log_file.close()
         env.close()
     for index, score in enumerate(scores, 1):
         print(f"episode {index}: score {score:g}")
     print(f"mean score over {len(scores)} episodes: {np.mean(scores):g} (std {np.std(scores):g})")
     if args.video is not None:
         print(f"video: {args.video} ({frames_written} frames at {VIDEO_FPS} fps)")
+    if args.actions is not None:
+        print(f"actions: {args.actions} (one row per agent step)")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -11,6 +11,16 @@ from acer_sync.actor import Actor
 from acer_sync.networks import Network
 from atari.envs import VecEnv
 from atari.episodes import EpisodeTracker
+
+
+class EnvStep(NamedTuple):
+    """One vector step of :func:`evaluate`, for its ``on_step``: per env, ``[N]`` (actions ``[N, ...]``)."""
+
+    actions: np.ndarray  # what the env was given
+    forced: np.ndarray  # played after a lost life (LifeLossActions), not chosen by the agent
+    raw_rewards: np.ndarray
+    lives: np.ndarray
+    game_over: np.ndarray
 
 
 @torch.inference_mode()
@@ -22,7 +32,7 @@ def evaluate(
     greedy: bool = False,
     seed: int | None = None,
     generator: torch.Generator | None = None,
-    on_step: Callable[[], None] | None = None,
+    on_step: Callable[[EnvStep | None], None] | None = None,
     precision: str = "fp32",
 ) -> list[float]:
     """Play ``episodes`` full games and return their raw scores.
@@ -33,7 +43,8 @@ def evaluate(
     lost life. Frame stacks and the recurrent state are reset only at a real game start, and
     rewards are not clipped: this is the evaluation preprocessing, whatever the training used.
     Each env plays a fixed share of the games, so short games are not favoured over long ones.
-    ``on_step`` runs after the reset and after every env step (play.py records video frames there).
+    ``on_step`` runs after the reset (given None) and after every env step (given its
+    :class:`EnvStep`); play.py records video frames and logs the actions there.
     ``precision`` is what the network's passes compute in (:mod:`acer_sync.precision`).
     """
     n = env.num_envs
@@ -46,10 +57,13 @@ def evaluate(
     tracker.reset(lives)
     actor.reset(frames)
     if on_step is not None:
-        on_step()
+        on_step(None)
     while len(scores) < episodes:
+        forced = np.zeros(n, dtype=bool)
+        forced[actor.life_loss_actions.forced()[0]] = True
         actions, _ = actor.act()
-        frames, raw_rewards, terminated, truncated, lives = env.step(actor.distribution.env_actions(actions))
+        env_actions = actor.distribution.env_actions(actions)
+        frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
         _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
         actor.observe(frames, game_over, tracker.life_lost, game_over)
         for env_index, score in tracker.finished:
@@ -57,5 +71,5 @@ def evaluate(
                 played[env_index] += 1
                 scores.append(score)
         if on_step is not None:
-            on_step()
+            on_step(EnvStep(env_actions, forced, raw_rewards, lives, game_over))
     return scores

@@ -1,5 +1,6 @@
 """train.py and play.py end to end (through subprocesses), and their handling of bad input."""
 
+import csv
 import json
 import os
 import pickle
@@ -56,9 +57,9 @@ def test_train_writes_config_progress_tensorboard_and_checkpoints(pong_run):
     assert payload["counters"]["timesteps"] == 2000 and payload["env_id"] == "PongNoFrameskip-v4"
 
 
-def test_play_plays_the_checkpoint_and_writes_a_video(pong_run, tmp_path):
-    video = tmp_path / "pong.mp4"
-    result = run("play.py", pong_run, "--episodes", "1", "--video", video)
+def test_play_plays_the_checkpoint_and_writes_a_video_and_its_steps(pong_run, tmp_path):
+    video, actions = tmp_path / "pong.mp4", tmp_path / "steps.csv"
+    result = run("play.py", pong_run, "--episodes", "1", "--video", video, "--actions", actions)
     assert result.returncode == 0, result.stderr
     assert "episode 1: score" in result.stdout and "mean score over 1 episodes" in result.stdout
     capture = cv2.VideoCapture(str(video))
@@ -66,6 +67,16 @@ def test_play_plays_the_checkpoint_and_writes_a_video(pong_run, tmp_path):
     ok, frame = capture.read()
     capture.release()
     assert ok and frame.shape == (210, 160, 3) and frames > 100
+    # One row per agent step, the video's frames after the reset's; Pong loses no lives, so
+    # nothing is forced, and the rewards add up to the score printed.
+    with open(actions, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(row["step"]) for row in rows] == list(range(frames - 1))
+    assert {row["game"] for row in rows} == {"1"} and [row["game_over"] for row in rows].count("1") == 1
+    assert rows[-1]["game_over"] == "1" and all(row["forced"] == "0" for row in rows)
+    assert {row["action_name"] for row in rows} <= {"NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"}
+    score = float(result.stdout.split("episode 1: score ")[1].split()[0])
+    assert sum(float(row["reward"]) for row in rows) == score
 
 
 def test_play_accepts_a_checkpoint_file(pong_run):
@@ -158,6 +169,8 @@ def test_unwritable_run_dir(tmp_path):
 
 def test_missing_checkpoints(tmp_path):
     assert "does not exist" in one_line_error(run("play.py", tmp_path / "nothing.pt"))
+    line = one_line_error(run("play.py", tmp_path / "nothing.pt", "--actions", tmp_path / "no" / "steps.csv"))
+    assert "cannot write" in line and "does not exist" in line
     assert "no such run directory" in one_line_error(run("train.py", "--resume", tmp_path / "nothing"))
     (tmp_path / "empty").mkdir()
     assert "holds no checkpoint" in one_line_error(run("play.py", tmp_path / "empty"))

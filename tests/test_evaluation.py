@@ -79,6 +79,17 @@ def test_evaluation_plays_the_forced_actions_after_a_lost_life():
     info = env_info("BreakoutNoFrameskip-v4")
     env = VecEnv(info, 1, "ale", noop_max=0)
     steps = []
-    scores = evaluate(NeverFire(info.n_actions), env, 1, torch.device("cpu"), seed=0, on_step=lambda: steps.append(1))
+    scores = evaluate(NeverFire(info.n_actions), env, 1, torch.device("cpu"), seed=0, on_step=steps.append)
     env.close()
-    assert len(scores) == 1 and len(steps) < 1000
+    assert steps[0] is None and len(scores) == 1 and len(steps) < 1000  # None: the reset
+    steps = steps[1:]
+    assert sum(float(step.raw_rewards[0]) for step in steps) == scores[0]
+    lives = [int(step.lives[0]) for step in steps]
+    assert bool(steps[-1].game_over[0]) and not any(step.game_over[0] for step in steps[:-1])
+    # The 4 lives lost before the last: the next three steps play NOOP, FIRE, 2, flagged forced;
+    # every other step is the policy's NOOP.
+    losses = [index for index in range(1, len(steps) - 1) if lives[index] < lives[index - 1]]
+    forced = [index for index, step in enumerate(steps) if step.forced[0]]
+    assert len(losses) == 4 and forced == [index + k for index in losses for k in (1, 2, 3)]
+    assert [int(steps[index].actions[0]) for index in forced] == [0, 1, 2] * 4
+    assert all(int(step.actions[0]) == 0 for index, step in enumerate(steps) if index not in forced)
