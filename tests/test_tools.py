@@ -1,4 +1,5 @@
-"""tools/: reading Baselines' benchmark curves off its SVG plots, and the share of forced steps in a saved buffer."""
+"""tools/: reading Baselines' benchmark curves off its SVG plots, the share of forced steps in a saved buffer,
+and the frames of a played game around a lost life."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from acer_sync.config import build_config
 from acer_sync.learn import Trainer
 from atari.envs import env_info
-from tools import baselines_curve, forced_steps
+from tools import baselines_curve, forced_steps, life_loss_frames
 from helpers import ROOT
 
 CURVE_STEPS = np.linspace(0, 10_000_000, 100)  # as the benchmark page draws each algorithm
@@ -158,3 +159,64 @@ def test_a_short_atari_run_stores_forced_steps_only_where_lives_are_lost(tmp_pat
         assert counts[0] > 0 and counts[0] == counts[1] == counts[2] and counts[3:].sum() == 0
     else:
         assert counts.sum() == 0
+
+
+#: A --actions log by hand: game 1 loses a life after step 2 and ends at step 6 (whose lives are
+#: already game 2's, as the vector env resets in the same step); game 2 loses one after step 8.
+STEP_LOG = [  # game, lives, game_over
+    (1, 3, 0), (1, 3, 0), (1, 2, 0), (1, 2, 0), (1, 2, 0), (1, 2, 0), (1, 3, 1),
+    (2, 3, 0), (2, 2, 0), (2, 2, 0),
+]
+
+
+def write_game(tmp_path: Path, frames: int = len(STEP_LOG) + 1) -> tuple[Path, Path]:
+    """An mp4 whose frame k is grey level 20 k, and STEP_LOG as play.py --actions writes it."""
+    import cv2
+
+    video, actions = tmp_path / "game.mp4", tmp_path / "steps.csv"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), 30, (32, 48))
+    for k in range(frames):
+        writer.write(np.full((48, 32, 3), 20 * k, np.uint8))
+    writer.release()
+    lines = ["game,step,action,action_name,forced,reward,lives,game_over"]
+    for step, (game, lives, over) in enumerate(STEP_LOG):
+        forced = int(step in (3, 4, 5, 9))
+        lines.append(f"{game},{step},{[0, 1, 2][step - 3] if step in (3, 4, 5) else 3},,{forced},0,{lives},{over}")
+    actions.write_text("\n".join(lines) + "\n")
+    return video, actions
+
+
+def test_life_loss_frames_finds_the_lives_lost_with_the_game_going_on_and_draws_their_frames(tmp_path, capsys):
+    video, actions = write_game(tmp_path)
+    rows = life_loss_frames.read_rows(actions)
+    assert life_loss_frames.life_losses(rows) == [2, 8]  # not step 6: the game ended there
+    frames = life_loss_frames.read_frames(video, [1, 4, 10])
+    for index, frame in frames.items():  # the frame after step s is the video's frame s + 1
+        assert frame.shape == (48, 32, 3) and abs(float(frame.mean()) - 20 * index) < 4
+    assert life_loss_frames.main([str(video), str(actions), "--out", str(tmp_path / "one.png")]) == 0
+    assert capsys.readouterr().out.endswith("one.png: steps 1-7 (video frames 2-8)\n")
+    assert life_loss_frames.main([str(video), str(actions), "--life", "2", "--out", str(tmp_path / "two.png")]) == 0
+    assert capsys.readouterr().out.endswith("two.png: steps 7-9 (video frames 8-10)\n")  # the log ends at step 9
+    assert plt.imread(tmp_path / "one.png").shape[1] > plt.imread(tmp_path / "two.png").shape[1]
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("third life", "has 2 lives lost with the game going on, not a life 3"),
+    ("no video", "game.mp4 does not exist"),
+    ("short video", "game.mp4 has 5 readable frames; frame 8 is needed"),
+    ("not a log", "steps.csv: is not a play.py --actions log (missing game, step, action_name, forced, lives)"),
+    ("no out folder", "cannot write"),
+])
+def test_life_loss_frames_bad_input_is_one_line(tmp_path, problem, message):
+    video, actions = write_game(tmp_path, frames=5 if problem == "short video" else len(STEP_LOG) + 1)
+    out = tmp_path / ("no" if problem == "no out folder" else "") / "out.png"
+    if problem == "no video":
+        video.unlink()
+    if problem == "not a log":
+        actions.write_text("action,reward\n0,1\n")
+    result = subprocess.run([sys.executable, "tools/life_loss_frames.py", str(video), str(actions), "--out", str(out),
+                             "--life", "3" if problem == "third life" else "1"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("life_loss_frames.py: error: ") and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
