@@ -78,6 +78,11 @@ def follow_the_agent(env: VecEnv) -> None:
         renderer.camera_id = track
 
 
+def exact(value: np.floating) -> str:
+    """The shortest decimal that reads back as ``value`` in its own precision (``1`` for 1.0)."""
+    return np.format_float_positional(value, trim="-")
+
+
 class StepLog:
     """``--actions``: one CSV row per agent step of play.py's one env (:class:`EnvStep`)."""
 
@@ -94,11 +99,11 @@ class StepLog:
             return
         action = step.actions[0]
         if np.ndim(action):  # a Box action
-            text, name = " ".join(f"{value:g}" for value in action), ""
+            text, name = " ".join(exact(value) for value in action), ""
         else:
             text = str(int(action))
             name = self.action_names[int(action)] if int(action) < len(self.action_names) else ""
-        self.writer.writerow([self.game, self.steps, text, name, int(step.forced[0]), f"{float(step.raw_rewards[0]):g}",
+        self.writer.writerow([self.game, self.steps, text, name, int(step.forced[0]), exact(step.raw_rewards[0]),
                               int(step.lives[0]), int(step.game_over[0])])
         self.steps += 1
         self.game += int(step.game_over[0])

@@ -44,7 +44,7 @@ RECORD_FILE = "sweep.json"
 #: Not shipped to the cluster's nodes with ``--address`` (the sweep's own directory is left out too,
 #: wherever it is): runs, git's data (a file in a git worktree), environments, pictures.
 #: docs/ holds the README's figures, videos and reference runs: no trial reads them, and they would
-#: count against Ray's upload limit (tests/test_cluster.py lowers it to 1 MiB; the Breakout video is 1.2).
+#: count against Ray's upload limit (tests/test_cluster.py lowers it to 1 MiB; the Breakout video is 1.2 MB).
 CODE_EXCLUDES = ["runs/", ".git", ".venv/", "*.png", "__pycache__/", "/docs/"]
 #: The name of the sweep's :class:`~sweeps.trial.StopRequest` actor.
 STOP_REQUEST = "acer_sync-sweep-stop"

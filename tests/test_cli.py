@@ -79,6 +79,29 @@ def test_play_plays_the_checkpoint_and_writes_a_video_and_its_steps(pong_run, tm
     assert sum(float(row["reward"]) for row in rows) == score
 
 
+def test_play_logs_box_actions_and_rewards_exactly():
+    """--actions keeps every digit that reads back as the same float (a MuJoCo reward is float64,
+    a Box action float32), and writes whole numbers without a trailing .0."""
+    import io
+
+    import numpy as np
+
+    import play
+    from acer_sync.evaluation import EnvStep
+
+    handle = io.StringIO()
+    log = play.StepLog(handle, [])
+    log(None)
+    box = np.array([[0.3, -1.0]], np.float32)
+    log(EnvStep(box, np.zeros(1, bool), np.array([0.98765432]), np.zeros(1, np.int64), np.array([False])))
+    log(EnvStep(box, np.zeros(1, bool), np.array([1234567.0]), np.zeros(1, np.int64), np.array([True])))
+    assert handle.getvalue().splitlines() == [
+        "game,step,action,action_name,forced,reward,lives,game_over",
+        "1,0,0.3 -1,,0,0.98765432,0,0",
+        "1,1,0.3 -1,,0,1234567,0,1",
+    ]
+
+
 def test_play_accepts_a_checkpoint_file(pong_run):
     result = run("play.py", pong_run / "checkpoints" / "latest.pt", "--episodes", "1", "--greedy")
     assert result.returncode == 0, result.stderr

@@ -203,20 +203,30 @@ def test_life_loss_frames_finds_the_lives_lost_with_the_game_going_on_and_draws_
 @pytest.mark.parametrize("problem, message", [
     ("third life", "has 2 lives lost with the game going on, not a life 3"),
     ("no video", "game.mp4 does not exist"),
-    ("short video", "game.mp4 has 5 readable frames; frame 8 is needed"),
+    ("a folder for the video", "game.mp4 is not a file"),
+    ("not a video", "game.mp4 is not a video that OpenCV can read"),
+    ("another game's video", "game.mp4 has 5 frames, but the 10 steps of"),
     ("not a log", "steps.csv: is not a play.py --actions log (missing game, step, action_name, forced, lives)"),
+    ("a row cut short", "steps.csv: line 11 is cut short or has a game, lives or forced that is not a whole number"),
     ("no out folder", "cannot write"),
 ])
 def test_life_loss_frames_bad_input_is_one_line(tmp_path, problem, message):
-    video, actions = write_game(tmp_path, frames=5 if problem == "short video" else len(STEP_LOG) + 1)
+    video, actions = write_game(tmp_path, frames=5 if problem == "another game's video" else len(STEP_LOG) + 1)
     out = tmp_path / ("no" if problem == "no out folder" else "") / "out.png"
-    if problem == "no video":
+    if problem in ("no video", "a folder for the video", "not a video"):
         video.unlink()
+    if problem == "a folder for the video":
+        video.mkdir()
+    if problem == "not a video":
+        video.write_bytes(b"not an mp4")
     if problem == "not a log":
         actions.write_text("action,reward\n0,1\n")
+    if problem == "a row cut short":  # as a play.py killed while writing would leave it
+        actions.write_text(actions.read_text()[:-12])
     result = subprocess.run([sys.executable, "tools/life_loss_frames.py", str(video), str(actions), "--out", str(out),
                              "--life", "3" if problem == "third life" else "1"],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.startswith("life_loss_frames.py: error: ") and message in result.stderr, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(result.stderr.strip().splitlines()) == 1  # FFmpeg's own complaints silenced too
+    assert not out.exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -34,11 +35,30 @@ def life_losses(rows: list[dict[str, str]]) -> list[int]:
     return losses
 
 
-def read_frames(video: Path, indices: list[int]) -> dict[int, np.ndarray]:
-    """The video's frames at ``indices`` (RGB), read in order from the start."""
+def open_video(video: Path):
+    """An OpenCV capture of ``video``, FFmpeg's own messages silenced (the error is ours, in one line)."""
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
     import cv2
 
     capture = cv2.VideoCapture(str(video))
+    if not capture.isOpened():
+        raise ValueError(f"{video} is not a video that OpenCV can read")
+    return capture
+
+
+def frame_count(video: Path) -> int:
+    import cv2
+
+    capture = open_video(video)
+    try:
+        return int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    finally:
+        capture.release()
+
+
+def read_frames(video: Path, indices: list[int]) -> dict[int, np.ndarray]:
+    """The video's frames at ``indices`` (RGB), read in order from the start."""
+    capture = open_video(video)
     frames, index, wanted = {}, 0, set(indices)
     try:
         while len(frames) < len(wanted):
@@ -79,19 +99,26 @@ def draw(video: Path, rows: list[dict[str, str]], life: int, out: Path) -> list[
         lost = ", life lost" if step == loss else ""
         ax.set_title(f"step {step}: {action}\n{who}, lives {row['lives']}{lost}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=90, format="png")
     plt.close(fig)
     return steps
 
 
 def read_rows(actions: Path) -> list[dict[str, str]]:
+    """The rows of a play.py ``--actions`` log, checked: every column there, whole numbers where
+    they must be, and the steps counting up from 0."""
     with open(actions, newline="") as handle:
         rows = list(csv.DictReader(handle))
     missing = [column for column in COLUMNS if rows and column not in rows[0]]
     if not rows or missing:
         raise ValueError(f"is not a play.py --actions log (missing {', '.join(missing) or 'every row'})")
-    if [int(row["step"]) for row in rows] != list(range(len(rows))):
-        raise ValueError("its steps do not count up from 0")
+    for number, row in enumerate(rows, 2):  # line 1 is the header
+        try:
+            int(row["game"]), int(row["lives"]), int(row["forced"])
+        except (TypeError, ValueError):  # TypeError: a short row, whose missing fields are None
+            raise ValueError(f"line {number} is cut short or has a game, lives or forced that is not a whole number") from None
+        if row["step"] != str(number - 2):
+            raise ValueError(f"line {number} has step {row['step']}, not {number - 2}: the steps must count up from 0")
     return rows
 
 
@@ -104,14 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for path in (args.video, args.actions):
         if not path.is_file():
-            print(f"{parser.prog}: error: {path} does not exist", file=sys.stderr)
+            print(f"{parser.prog}: error: {path} {'is not a file' if path.exists() else 'does not exist'}", file=sys.stderr)
             return 2
     try:
         rows = read_rows(args.actions)
-    except (OSError, ValueError, KeyError, csv.Error) as error:
+    except (OSError, ValueError, csv.Error) as error:
         print(f"{parser.prog}: error: {args.actions}: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
         return 2
     try:
+        frames = frame_count(args.video)
+        if frames != len(rows) + 1:
+            raise ValueError(f"{args.video} has {frames} frames, but the {len(rows)} steps of {args.actions} need "
+                             f"{len(rows) + 1} (the reset's and one per step): are they from the same play.py run?")
         steps = draw(args.video, rows, args.life, args.out)
     except OSError as error:
         print(f"{parser.prog}: error: cannot write {args.out}: {error.strerror}", file=sys.stderr)
