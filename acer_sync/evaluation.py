@@ -59,8 +59,7 @@ def evaluate(
     if on_step is not None:
         on_step(None)
     while len(scores) < episodes:
-        forced = np.zeros(n, dtype=bool)
-        forced[actor.life_loss_actions.forced()[0]] = True
+        forced = actor.life_loss_actions.pending()  # before act(), which plays them
         actions, _ = actor.act()
         env_actions = actor.distribution.env_actions(actions)
         frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)

@@ -95,9 +95,13 @@ class LifeLossActions:
         """A new game in every env (its reset already pressed FIRE where the game needs it)."""
         self.position[:] = len(self.sequence)
 
+    def pending(self) -> np.ndarray:
+        """``[N]`` bool: the envs that must play a forced action at this step."""
+        return self.position < len(self.sequence)
+
     def forced(self) -> tuple[np.ndarray, np.ndarray]:
         """``(envs, actions)``: the envs that must play a forced action at this step, and those actions."""
-        envs = np.flatnonzero(self.position < len(self.sequence))
+        envs = np.flatnonzero(self.pending())
         return envs, self.sequence[self.position[envs]]
 
     def step(self, life_lost: np.ndarray, game_over: np.ndarray) -> None:
@@ -105,7 +109,7 @@ class LifeLossActions:
         sequence where a life was just lost, and drop it where a new game began."""
         if not len(self.sequence):
             return
-        self.position[self.position < len(self.sequence)] += 1
+        self.position[self.pending()] += 1
         self.position[np.asarray(life_lost, dtype=bool)] = 0
         self.position[np.asarray(game_over, dtype=bool)] = len(self.sequence)
 
