@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Callable
 
 from acer_sync.outcome import Outcome, Stop
 from user_errors import UserError
 
 __all__ = [
-    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "UserError", "exit_code", "print_error",
-    "run_cli",
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "STOP_SIGNALLED", "UserError", "exit_code",
+    "print_error", "run_cli",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
@@ -29,6 +30,13 @@ EXIT_USER_ERROR = 2
 #: After SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a checkpoint
 #: first; a second SIGINT exits at once and keeps the previous checkpoint.
 EXIT_INTERRUPTED = 130
+
+#: Set by the first SIGINT or SIGTERM that asks this process to stop: the Trainer's (it saves a
+#: checkpoint and returns) or one that reached :func:`run_cli`'s handler (a KeyboardInterrupt in
+#: whatever else ``main`` was doing). From then on, a Ctrl-C that reaches run_cli's handler exits 130
+#: at once: what is left is clean-up, where a KeyboardInterrupt would land in a finalizer and print
+#: a traceback.
+STOP_SIGNALLED = threading.Event()
 
 #: The exit code of a script whose run ended so.
 EXIT_CODES: dict[Stop, int] = {
@@ -53,7 +61,12 @@ def exit_code(outcome: Outcome, prog: str) -> int:
 
 def run_cli(main: Callable[[], int | None], prog: str) -> None:
     """Run ``main``; a :class:`UserError` becomes ``prog: error: message`` and exit 2, and a
-    Ctrl-C that ``main`` did not handle itself becomes one line and exit 130, never a traceback."""
+    Ctrl-C that ``main`` did not handle itself becomes one line and exit 130, never a traceback.
+
+    The Trainer handles SIGINT itself while it trains, and gives the handler back when it returns.
+    run_cli's handler covers the rest of the process's life, the Trainer's teardown included (env
+    workers' finalizers run when the Trainer is freed): see :func:`_interrupt`."""
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         code = main()
     except UserError as error:
@@ -63,14 +76,26 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
         print(f"{prog}: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     if code == EXIT_INTERRUPTED:
-        signal.signal(signal.SIGINT, _exit_at_once)
+        STOP_SIGNALLED.set()
+        signal.signal(signal.SIGINT, _interrupt)  # main may have put in its own (sweep.py gives Tune its)
     sys.exit(code or 0)
 
 
-def _exit_at_once(signum, frame) -> None:
-    """A Ctrl-C after the run has already stopped for one: the checkpoint is saved, and what is
-    left is Python's teardown (finalizers closing env pipes, atexit). Exit 130 there and then,
-    instead of a KeyboardInterrupt traceback printed from inside a finalizer."""
+def _interrupt(signum, frame) -> None:
+    """run_cli's SIGINT handler. A first Ctrl-C is a KeyboardInterrupt, so that what ``main`` was
+    doing unwinds and cleans up. Once the process is stopping (:data:`STOP_SIGNALLED`), a Ctrl-C
+    exits 130 there and then: the checkpoint is saved, and what is left is teardown (finalizers
+    closing env pipes, atexit), where a KeyboardInterrupt would print a traceback from inside a
+    finalizer instead of stopping anything. In Python's last step, after atexit, the handler is
+    SIG_DFL again, and a Ctrl-C there ends the process by SIGINT (which shells show as 130 too)."""
+    if STOP_SIGNALLED.is_set():
+        _exit_at_once()
+    STOP_SIGNALLED.set()
+    raise KeyboardInterrupt
+
+
+def _exit_at_once() -> None:
+    """Flush what was printed and exit 130 without running finalizers or atexit."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

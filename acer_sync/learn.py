@@ -21,7 +21,7 @@ from acer_sync.buffer import Batch, Field, ReplayBuffer, buffer_fields, to_batch
 from acer_sync.checkpoint import LATEST, atomic_write, save_checkpoint
 from acer_sync.config import Config, hidden_sizes
 from acer_sync.distributions import distribution_for
-from acer_sync.errors import UserError
+from acer_sync.errors import STOP_SIGNALLED, UserError
 from acer_sync.evaluation import evaluate
 from acer_sync.logger import Logger
 from acer_sync.networks import (
@@ -150,6 +150,7 @@ class GracefulStop:
             self.interrupted_twice = True
             raise KeyboardInterrupt
         self.signal_name = signal.Signals(signum).name
+        STOP_SIGNALLED.set()  # from here on, the scripts' own handler exits at once (after train() returns, too)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

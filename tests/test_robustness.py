@@ -233,7 +233,19 @@ def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one
     trainer.env.close()
 
 
-def test_run_cli_turns_an_unhandled_ctrl_c_into_one_line_and_exit_130(capsys):
+@pytest.fixture
+def sigint_handler_kept():
+    """Give back this process's SIGINT handler, and the stop flag, that run_cli changes."""
+    from acer_sync.errors import STOP_SIGNALLED
+
+    handler, was_set = signal.getsignal(signal.SIGINT), STOP_SIGNALLED.is_set()
+    yield
+    signal.signal(signal.SIGINT, handler)
+    if not was_set:
+        STOP_SIGNALLED.clear()
+
+
+def test_run_cli_turns_an_unhandled_ctrl_c_into_one_line_and_exit_130(capsys, sigint_handler_kept):
     from acer_sync.errors import run_cli
 
     def interrupted():
@@ -285,4 +297,39 @@ def test_ctrl_c_during_teardown_after_an_interrupted_run_exits_130_in_silence(tm
         process.kill()
     assert process.returncode == 130
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert time.monotonic() - started < 4  # at once, not after the finalizer
+
+
+def test_ctrl_c_while_the_stopped_trainer_is_freed_exits_130_in_silence(tmp_path):
+    # The race CI hit: the Trainer had stopped for the first SIGINT and given the handler back, and
+    # the second one landed in a finalizer of its env workers (multiprocessing's Finalize), run as
+    # api.run returned and freed the Trainer, before run_cli had main's exit code.
+    script = tmp_path / "freed.py"
+    script.write_text(
+        "import multiprocessing.util, os, signal, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from acer_sync.errors import EXIT_INTERRUPTED, run_cli\n"
+        "from acer_sync.learn import GracefulStop\n"
+        "class Workers: pass\n"
+        "def main():\n"
+        "    workers = Workers()\n"
+        "    multiprocessing.util.Finalize(workers, lambda: (print('freeing', flush=True), time.sleep(5)))\n"
+        "    with GracefulStop() as stop:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        while stop.signal_name is None:\n"
+        "            time.sleep(0.01)\n"
+        "    del workers\n"
+        "    return EXIT_INTERRUPTED\n"
+        "run_cli(main, 'freed.py')\n"
+    )
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "freeing\n"
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert time.monotonic() - started < 4  # at once, not after the finalizer
