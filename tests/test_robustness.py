@@ -276,6 +276,22 @@ def test_two_sigints_exit_130_and_keep_a_loadable_checkpoint(tmp_path):
     assert load_checkpoint(run_dir)["counters"]["timesteps"] > 0
 
 
+def assert_ctrl_c_during_slow_clean_up_exits_130_at_once(script: Path, started_line: str) -> None:
+    """Run ``script``; once it prints ``started_line`` (its clean-up, 5 s long, has begun), send
+    SIGINT: it must exit 130 within 4 s, with no traceback and no KeyboardInterrupt."""
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == started_line + "\n"
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert time.monotonic() - started < 4  # at once, not after the finalizer
+
+
 def test_ctrl_c_during_teardown_after_an_interrupted_run_exits_130_in_silence(tmp_path):
     # The run has stopped for a first SIGINT and returns 130; a finalizer is still running (here
     # an atexit callback standing in for the env pipes' finalizers) when the second one lands.
@@ -287,17 +303,7 @@ def test_ctrl_c_during_teardown_after_an_interrupted_run_exits_130_in_silence(tm
         "atexit.register(lambda: (print('tearing down', flush=True), time.sleep(5)))\n"
         "run_cli(lambda: EXIT_INTERRUPTED, 'teardown.py')\n"
     )
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout.readline() == "tearing down\n"
-        started = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == 130
-    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
-    assert time.monotonic() - started < 4  # at once, not after the finalizer
+    assert_ctrl_c_during_slow_clean_up_exits_130_at_once(script, "tearing down")
 
 
 def test_ctrl_c_while_the_stopped_trainer_is_freed_exits_130_in_silence(tmp_path):
@@ -322,14 +328,4 @@ def test_ctrl_c_while_the_stopped_trainer_is_freed_exits_130_in_silence(tmp_path
         "    return EXIT_INTERRUPTED\n"
         "run_cli(main, 'freed.py')\n"
     )
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout.readline() == "freeing\n"
-        started = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        process.kill()
-    assert process.returncode == 130
-    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    assert time.monotonic() - started < 4  # at once, not after the finalizer
+    assert_ctrl_c_during_slow_clean_up_exits_130_at_once(script, "freeing")
