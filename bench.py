@@ -6,12 +6,15 @@ Four measurements, each for a quarter of ``--seconds`` after a warm-up:
 
 * ``env_steps_per_sec``: the vector env alone, random actions.
 * ``learner_steps_per_sec``: the learner alone on buffer data: per N·T agent steps, T acting
-  forward passes, one buffer put, one on-policy and ``replay_ratio`` off-policy ACER updates.
+  forward passes, one buffer put, and the Trainer's ``learn()``: one on-policy and
+  Poisson(``replay_ratio``) off-policy ACER updates (``learner_updates_per_iteration``: how many it
+  drew per iteration, 1 + ``replay_ratio`` on average).
 * ``raw_learner_steps_per_sec``: the same network passes at the same batch sizes in plain
   PyTorch on random uint8 frames already on the device, with no ACER logic (no Retrace, bias
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
   Under ``--precision bf16`` its passes run in the same bf16 autocast as training's.
-* ``steps_per_sec``: end to end, through :class:`acer_sync.learn.Trainer`'s own iteration, with
+* ``steps_per_sec``: end to end, through :class:`acer_sync.training.trainer.Trainer`'s own
+  ``collect()`` and ``learn()``, with
   replay active from the start over a prefilled buffer, and the time spent in each phase.
 
 With ``--json`` the last line of stdout is one JSON object with every figure.
@@ -29,16 +32,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from acer_sync.buffer import SEGMENT, ReplayBuffer, Segment, empty_segment, to_batch
-from acer_sync.cli import OneLineParser
-from acer_sync.config import NETWORKS, PRECISIONS, build_config, validate
-from acer_sync.errors import UserError, run_cli
-from acer_sync.learn import Trainer, build_model
-from acer_sync.optim import RMSpropTF
-from acer_sync.precision import autocast, runs_in_bf16, to_float32
-from acer_sync.run_metadata import package_versions
+from acer_sync.api.cli import OneLineParser
+from acer_sync.api.run_metadata import package_versions
+from acer_sync.base.config import NETWORKS, PRECISIONS, build_config, validate
+from acer_sync.base.errors import UserError, run_cli
+from acer_sync.math.optim import RMSpropTF
+from acer_sync.nets.build import build_model
+from acer_sync.nets.precision import autocast, runs_in_bf16, to_float32
+from acer_sync.replay.buffer import ReplayBuffer, Segment, empty_segment
+from acer_sync.training.setup import build_trainer
+from acer_sync.training.trainer import Trainer
 from atari.envs import VecEnv, choose_backend, env_info
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
@@ -74,9 +78,8 @@ def synthetic_segment(rng: np.random.Generator, info, fields, num_envs: int, nst
     segment.rewards[...] = rng.choice([-1.0, 0.0, 1.0], (nsteps, num_envs))
     segment.dones[...] = rng.random((nsteps, num_envs)) < 0.01
     segment.timeout_values[...] = 0.0
-    for field in fields:
-        if field.per == SEGMENT:
-            segment[field.name][...] = 0.0
+    for state in segment.state:
+        state[...] = 0.0
     return segment
 
 
@@ -102,23 +105,26 @@ def bench_env(info, config, seconds: float) -> float:
     return calls * config.num_envs / elapsed
 
 
-def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> float:
-    """ACER's learner on buffer data, without the env: acting passes, put, updates."""
+def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> tuple[float, float]:
+    """ACER's learner on buffer data, without the env: acting passes, put, then the Trainer's own
+    :meth:`~acer_sync.training.trainer.Trainer.learn` (one on-policy and Poisson(replay_ratio)
+    off-policy updates, the replay-state path included). Returns steps/s and the updates per
+    iteration it drew (1 + replay_ratio on average; a short window's draws move the figure)."""
     cfg, info = trainer.config, trainer.info
     actor, fields = trainer.runner.actor, trainer.fields
     actor.observation[...] = rng.integers(0, 256, (cfg.num_envs, *info.obs_shape)).astype(info.frame_dtype)
-    off_policy = int(round(cfg.replay_ratio))
 
     def iteration():
         for _ in range(cfg.nsteps):
             actor.act()
         trainer.buffer.put(synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps))
-        trainer.agent.update(to_batch(trainer.buffer.latest(), fields, info.stack, trainer.device), cfg.lr)
-        for _ in range(off_policy):
-            trainer.agent.update(to_batch(trainer.buffer.sample(trainer.sampler), fields, info.stack, trainer.device), cfg.lr)
+        trainer.learn()
 
-    calls, elapsed = timed_loop(iteration, seconds)
-    return calls * cfg.num_envs * cfg.nsteps / elapsed
+    for _ in range(2):  # warm-up, as timed_loop's
+        iteration()
+    updates_before = trainer.updates
+    calls, elapsed = timed_loop(iteration, seconds, warmup=0)
+    return calls * cfg.num_envs * cfg.nsteps / elapsed, (trainer.updates - updates_before) / calls
 
 
 def bench_raw_learner(info, config, device: torch.device, seconds: float) -> float:
@@ -162,14 +168,20 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
 
 
 def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, dict[str, float]]:
-    bar = tqdm(disable=True)
+    """The Trainer's own iteration, :meth:`~acer_sync.training.trainer.Trainer.collect` then
+    :meth:`~acer_sync.training.trainer.Trainer.learn`, with the phase timer on."""
+
+    def iteration():
+        trainer.collect()
+        trainer.learn()
+
     for _ in range(2):
-        trainer._iteration(bar)
+        iteration()
     trainer.timer.reset()
     trainer.timer.enabled = True
     start_steps, start = trainer.timesteps, time.perf_counter()
     while trainer.timesteps == start_steps or time.perf_counter() - start < seconds:
-        trainer._iteration(bar)
+        iteration()
     if trainer.device.type == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
@@ -201,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
 
     env_sps = bench_env(info, config, quarter)
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(config, info, Path(run_dir), progress_bar=False)
+        trainer = build_trainer(config, info, Path(run_dir), builtin=False)
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
-        learner_sps = bench_learner(trainer, quarter, rng)
+        learner_sps, learner_updates = bench_learner(trainer, quarter, rng)
         raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
         steps_sps, phases = bench_end_to_end(trainer, quarter)
         trainer.close()
@@ -222,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "env_steps_per_sec": round(env_sps, 1),
         "env_steps_per_sec_in_loop": round(steps_sps * phases["total"] / max(phases["env"], 1e-9), 1),
         "learner_steps_per_sec": round(learner_sps, 1),
+        "learner_updates_per_iteration": round(learner_updates, 3),
         "raw_learner_steps_per_sec": round(raw_sps, 1),
         "serial_bound_steps_per_sec": round(serial_bound, 1),
         "loop_efficiency": round(steps_sps / serial_bound, 3),

@@ -4,8 +4,8 @@
 
 Both ways train the same two configs (seeds 0 and 1, the classic-control preset with one torch
 thread, the envs stepped in the trainer's own process (``vec_env: sync``, so that a 1-CPU trial is
-one process) and no evaluation) through the real training path: :class:`acer_sync.learn.Trainer`, in
-this process one run after the other, or in Ray Tune trials started by :func:`sweeps.launch.run_sweep`.
+one process) and no evaluation) through the real training path: :class:`acer_sync.training.trainer.Trainer`, in
+this process one run after the other, or in Ray Tune trials started by :func:`acer_sync.sweeps.launch.run_sweep`.
 
 * ``training_steps_per_sec``: steps of both runs over their training time, as each run's
   ``progress.csv`` measures it (``time_elapsed``, from the Trainer's start to its last row): the
@@ -27,12 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from acer_sync.cli import OneLineParser
-from acer_sync.errors import UserError, run_cli
-from acer_sync.learn import Trainer
-from acer_sync.run_metadata import package_versions
+from acer_sync.api.cli import OneLineParser
+from acer_sync.api.run_metadata import package_versions
+from acer_sync.base.errors import UserError, run_cli
+from acer_sync.sweeps.spec import load_sweep
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from sweeps.spec import load_sweep
 
 BENCH_SWEEP = """\
 name: bench
@@ -67,7 +67,7 @@ def one_after_the_other(sweep, root: Path) -> tuple[list[float], float]:
     for trial in sweep.trials:
         run_dir = root / "sequential" / trial.name
         run_dir.mkdir(parents=True)
-        trainer = Trainer(trial.config, env_info(trial.config.env, trial.config.env_kwargs), run_dir, progress_bar=False)
+        trainer = build_trainer(trial.config, env_info(trial.config.env, trial.config.env_kwargs), run_dir)
         if not trainer.train().finished:
             raise UserError(f"the sequential run {trial.name} did not finish")
         seconds.append(training_seconds(run_dir))
@@ -76,7 +76,7 @@ def one_after_the_other(sweep, root: Path) -> tuple[list[float], float]:
 
 def in_one_sweep(sweep, sweep_file: Path, root: Path) -> tuple[list[float], float]:
     """Run the sweep on a local Ray; each trial's training seconds, and the wall time."""
-    from sweeps.launch import run_sweep
+    from acer_sync.sweeps.launch import run_sweep
 
     start = time.perf_counter()
     outcomes = run_sweep(sweep, sweep_file, root / "sweep", address=None)

@@ -18,11 +18,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from acer_sync.api import is_callable_env
-from acer_sync.cli import OneLineParser
-from acer_sync.errors import UserError, run_cli
-from acer_sync.evaluation import EnvStep, evaluate
-from acer_sync.policy import Policy, load
+from acer_sync.api.cli import OneLineParser
+from acer_sync.api.policy import Policy, load
+from acer_sync.api.runs import is_callable_env
+from acer_sync.base.errors import UserError, run_cli
+from acer_sync.rollout.evaluation import EnvStep, evaluate
 from atari.envs import EnvInfo, VecEnv, env_info
 
 VIDEO_FPS = 30

@@ -2,7 +2,7 @@
 
 Runs of one env whose configs differ only in ``seed``, ``total_timesteps`` or bookkeeping form a group,
 drawn as the seed mean with a min-max band, eval means as markers, one panel per env, a dashed
-line at ACER's published score and Baselines' curve where there is one (:mod:`acer_sync.scores`). The
+line at ACER's published score and Baselines' curve where there is one (:mod:`acer_sync.api.scores`). The
 panel is framed by the runs: Baselines' curve is drawn only within their x range, and
 ``--no-reference`` leaves both references out. One summary line per group is printed.
 
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from acer_sync.cli import OneLineParser
-from acer_sync.config import setting_defaults
-from acer_sync.errors import UserError, run_cli
-from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
+from acer_sync.api.cli import OneLineParser
+from acer_sync.api.scores import baselines_curve, game_name, human_normalized, published_acer
+from acer_sync.base.config import setting_defaults
+from acer_sync.base.errors import UserError, run_cli
 
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (

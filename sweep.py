@@ -1,7 +1,7 @@
 """Run many trainings as one sweep on Ray Tune: ``python sweep.py configs/pong-seeds.yaml``.
 
 The YAML file names the sweep, its envs, seeds, settings (a list is a grid axis) and the resources
-of one trial (see :mod:`sweeps.spec` and ``configs/``). Every trial is a normal run in
+of one trial (see :mod:`acer_sync.sweeps.spec` and ``configs/``). Every trial is a normal run in
 ``runs/<sweep>/<trial>/``. Running the same command again continues the sweep: finished trials
 are kept, unfinished ones resume from their checkpoints. ``--address auto`` joins an existing Ray
 cluster instead of starting Ray on this machine; ``--runs-dir`` must then name a directory that
@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from acer_sync.cli import OneLineParser
-from acer_sync.errors import EXIT_INTERRUPTED, EXIT_TRIAL_FAILED, UserError, print_error, run_cli
-from sweeps.spec import load_sweep
+from acer_sync.api.cli import OneLineParser
+from acer_sync.base.errors import EXIT_INTERRUPTED, EXIT_TRIAL_FAILED, UserError, print_error, run_cli
+from acer_sync.sweeps.spec import load_sweep
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweep {sweep.name}: {len(sweep.trials)} trials, {sweep.cpus} CPU and {sweep.gpus:g} GPU each, "
           f"in {args.runs_dir / sweep.name}", flush=True)
 
-    from sweeps.launch import run_sweep
-    from sweeps.summary import write_summary
+    from acer_sync.sweeps.launch import run_sweep
+    from acer_sync.sweeps.summary import write_summary
 
     outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address, args.stop_wait)
     summary = write_summary(sweep, (args.runs_dir / sweep.name).resolve(), outcomes)

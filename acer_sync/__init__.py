@@ -8,12 +8,12 @@ The library's face, in Stable-Baselines3's conventions::
     policy = acer_sync.load(run_dir)
     action, state = policy.predict(observation, state, episode_start, deterministic=True)
 
-``train`` (:mod:`acer_sync.api`) writes the run directory ``train.py`` writes; ``load`` gives a
-:class:`Policy` (:mod:`acer_sync.policy`); ``make_env`` the env whose observations it takes (Atari:
+``train`` (:mod:`acer_sync.api.runs`) writes the run directory ``train.py`` writes; ``load`` gives a
+:class:`Policy` (:mod:`acer_sync.api.policy`); ``make_env`` the env whose observations it takes (Atari:
 preprocessed and frame-stacked). Bad input raises :class:`UserError` with a one-line message; a
 run that stops early raises :class:`TrainingStopped`. :class:`Config` lists every setting.
 
-The names are imported on first use, so ``import acer_sync.config`` stays light.
+The names are imported on first use, so ``import acer_sync.base.config`` stays light.
 """
 
 from __future__ import annotations
@@ -24,13 +24,15 @@ __version__ = "0.1.0"
 
 #: Each public name and the module that defines it.
 _EXPORTS = {
-    "train": "acer_sync.api",
-    "TrainingStopped": "acer_sync.api",
-    "load": "acer_sync.policy",
-    "Policy": "acer_sync.policy",
-    "make_env": "acer_sync.policy",
-    "UserError": "acer_sync.errors",
-    "Config": "acer_sync.config",
+    "train": "acer_sync.api.runs",
+    "TrainingStopped": "acer_sync.api.runs",
+    "load": "acer_sync.api.policy",
+    "Policy": "acer_sync.api.policy",
+    "make_env": "acer_sync.api.policy",
+    "UserError": "acer_sync.base.errors",
+    "Config": "acer_sync.base.config",
+    "Callback": "acer_sync.training.callbacks",
+    "StopTrainingOnReward": "acer_sync.training.callbacks",
 }
 
 __all__ = ["__version__", *_EXPORTS]

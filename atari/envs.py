@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.async_vector_env import _async_worker
 
-from user_errors import UserError
+from atari.errors import UserError
 
 BACKENDS = ("ale", "subproc", "sync")
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"

@@ -10,7 +10,7 @@ class FrameStacker:
 
     Frames from before the current episode's first frame are zeros, as Baselines' VecFrameStack
     does. The replay buffer rebuilds exactly these stacks from single frames
-    (:func:`acer_sync.buffer.rebuild_stacks`), so acting and replay see the same inputs.
+    (:func:`acer_sync.replay.buffer.rebuild_stacks`), so acting and replay see the same inputs.
     """
 
     def __init__(self, num_envs: int, stack: int, frame_shape: tuple[int, ...], dtype: np.dtype):

@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from acer_sync.buffer import Batch
+from acer_sync.replay.buffer import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +99,7 @@ class NeverFire(torch.nn.Module):
         return pi
 
 
-#: A sweep trial's first line: the process and the node it runs on (sweeps/trial.py).
+#: A sweep trial's first line: the process and the node it runs on (acer_sync/sweeps/trial.py).
 TRIAL_PROCESS = re.compile(r"^\[trial (?P<trial>[^\]]+)\] running in process (?P<pid>\d+) on node \S+ \(node id (?P<node>\w+)\)$", re.M)
 #: A resumed trial's line from the Trainer.
 TRIAL_RESUMES = re.compile(r"^\[trial (?P<trial>[^\]]+)\] resuming at step (?P<step>\d+):", re.M)

@@ -1,7 +1,7 @@
 """A frozen copy of the feed-forward ACER update as it was before the state-carrying interfaces
 (main at 4fc8c19), kept as a test oracle.
 
-Tests run it and :meth:`acer_sync.agent.ACER.update` side by side, in one process, on two copies of
+Tests run it and :meth:`acer_sync.training.acer.ACER.update` side by side, in one process, on two copies of
 the same network, and require bit-identical parameters afterwards. That proves the feed-forward
 update unchanged on whatever CPU the tests run, where a stored float digest would differ between
 instruction sets (AVX2, AVX-512).
@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from acer_sync import losses
-from acer_sync.networks import LOG_STD_MAX, LOG_STD_MIN, polyak_update
+from acer_sync.math import losses
+from acer_sync.nets.networks import LOG_STD_MAX, LOG_STD_MIN, polyak_update
 
 
 def _normalized(net, obs):

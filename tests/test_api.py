@@ -12,10 +12,10 @@ import acer_sync
 import play
 import plot
 import train
-from acer_sync.actor import Actor
-from acer_sync.checkpoint import load_checkpoint
-from acer_sync.config import PRESETS
-from acer_sync.outcome import Stop
+from acer_sync.base.config import PRESETS
+from acer_sync.base.outcome import Stop
+from acer_sync.rollout.actor import Actor
+from acer_sync.training.checkpoint import load_checkpoint
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
 from helpers import NaNRewardsAfter, NeverFire, read_progress
@@ -56,7 +56,7 @@ def test_train_returns_the_run_directory_that_train_py_writes_and_plot_draws(run
 def test_the_package_exports_the_library():
     for name in ("train", "load", "Policy", "make_env", "UserError", "Config", "__version__"):
         assert name in acer_sync.__all__ and getattr(acer_sync, name) is not None
-    from user_errors import UserError
+    from atari.errors import UserError
 
     assert acer_sync.UserError is UserError  # the one exception type of atari/ and acer_sync/
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from acer_sync.buffer import ReplayBuffer, Segment, buffer_fields, rebuild_stacks, to_batch
-from acer_sync.distributions import Categorical
+from acer_sync.nets.distributions import Categorical
+from acer_sync.replay.buffer import ReplayBuffer, Segment, buffer_fields, rebuild_stacks, to_batch
 from atari.stacking import FrameStacker
 
 N, T, STACK, A = 3, 5, 4, 2
@@ -145,7 +145,7 @@ def test_put_checks_shapes():
     buffer = make_buffer(2)
     segment, _ = FakeRollout(3).segment()
     with pytest.raises(ValueError):
-        buffer.put(Segment({**segment, "actions": segment.actions[:-1]}))
+        buffer.put(segment._replace(actions=segment.actions[:-1]))
 
 
 def test_too_small_buffer_is_refused():
@@ -164,20 +164,20 @@ def test_the_table_of_fields_drives_storage_sampling_saving_and_the_batch():
     rollout, segments = FakeRollout(4), []
     for index in range(6):
         segment, _ = rollout.segment()
-        segment["state_h"] = (np.full((N, 3), index) + np.arange(N)[:, None] / 10).astype(np.float32)
-        segment["state_c"] = -segment["state_h"]
+        state_h = (np.full((N, 3), index) + np.arange(N)[:, None] / 10).astype(np.float32)
+        segment = segment._replace(state=(state_h, -state_h))
         buffer.put(segment)
         segments.append(segment)
-    np.testing.assert_array_equal(buffer.latest().state_h, segments[-1]["state_h"])
+    np.testing.assert_array_equal(buffer.latest().state[0], segments[-1].state[0])
     sample = buffer.sample(np.random.default_rng(0))
     for env in range(N):
         matches = [s for s in segments[-4:] if np.array_equal(s.frames[:, env], sample.frames[STACK - 1 :, env])]
         assert len(matches) == 1
-        np.testing.assert_array_equal(sample.state_h[env], matches[0]["state_h"][env])
-        np.testing.assert_array_equal(sample.state_c[env], matches[0]["state_c"][env])
+        np.testing.assert_array_equal(sample.state[0][env], matches[0].state[0][env])
+        np.testing.assert_array_equal(sample.state[1][env], matches[0].state[1][env])
     batch = to_batch(sample, fields, STACK, torch.device("cpu"))
     assert [tuple(s.shape) for s in batch.state] == [(N, 3), (N, 3)]
-    assert torch.equal(batch.state[0], torch.from_numpy(sample.state_h))
+    assert torch.equal(batch.state[0], torch.from_numpy(sample.state[0]))
     assert batch.obs.shape == (T + 1, N, STACK, 1) and batch.firsts.shape == (T + 1, N)
     assert torch.equal(batch.firsts, torch.from_numpy(sample.firsts[STACK - 1 :]))
     assert batch.actions.dtype == torch.int64 and batch.dones.dtype == torch.float32

@@ -14,8 +14,8 @@ import cv2
 import pytest
 import torch
 
-from acer_sync.checkpoint import load_checkpoint, save_checkpoint
-from acer_sync.errors import UserError
+from acer_sync.base.errors import UserError
+from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
 from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
 
 SMALL_PONG = [
@@ -87,7 +87,7 @@ def test_play_logs_box_actions_and_rewards_exactly():
     import numpy as np
 
     import play
-    from acer_sync.evaluation import EnvStep
+    from acer_sync.rollout.evaluation import EnvStep
 
     handle = io.StringIO()
     log = play.StepLog(handle, [])
@@ -160,7 +160,7 @@ UNSUPPORTED_ACTIONS = """
 import sys
 sys.path.insert(0, {root!r})
 import gymnasium as gym, numpy as np
-from acer_sync.errors import run_cli
+from acer_sync.base.errors import run_cli
 import train
 
 class MultiDiscreteEnv(gym.Env):
@@ -250,13 +250,14 @@ def test_truncated_checkpoint_gets_a_clear_message(pong_run, tmp_path):
 
 
 def test_resume_restores_models_optimizer_counters_and_rngs(pong_run):
-    from acer_sync.config import Config
-    from acer_sync.learn import Trainer
+    from acer_sync.base.config import Config
+    from acer_sync.training.checkpoint import trainer_payload
+    from acer_sync.training.setup import build_trainer
     from atari.envs import env_info
 
     payload = load_checkpoint(pong_run)
     config = Config(**payload["config"])
-    trainer = Trainer(config, env_info(config.env), pong_run, resume=payload, progress_bar=False)
+    trainer = build_trainer(config, env_info(config.env), pong_run, resume=payload, progress_bar=False)
     try:
         for name, tensor in payload["model"].items():
             assert torch.equal(trainer.model.state_dict()[name], tensor)
@@ -269,7 +270,7 @@ def test_resume_restores_models_optimizer_counters_and_rngs(pong_run):
         assert trainer.timesteps == payload["counters"]["timesteps"]
         assert trainer.tracker.episodes == payload["counters"]["episodes"]
         assert torch.equal(torch.get_rng_state(), payload["rng"]["torch"])
-        again = trainer.checkpoint_payload()
+        again = trainer_payload(trainer)
         assert again["rng"]["sampler"] == payload["rng"]["sampler"]
         assert torch.equal(again["rng"]["numpy"][1], payload["rng"]["numpy"][1])
     finally:

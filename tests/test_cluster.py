@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from acer_sync.checkpoint import load_checkpoint
+from acer_sync.training.checkpoint import load_checkpoint
 from helpers import ROOT, one_line_error, read_progress, trial_processes, trial_resume_steps
 from helpers import wait_for as wait_for_condition
 

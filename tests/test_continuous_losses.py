@@ -5,8 +5,8 @@ import math
 import numpy as np
 import torch
 
-from acer_sync import losses
-from acer_sync.distributions import Categorical, DiagGaussian
+from acer_sync.math import losses
+from acer_sync.nets.distributions import Categorical, DiagGaussian
 
 
 def close(actual, expected):

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from acer_sync.agent import ACER
-from acer_sync.checkpoint import load_checkpoint
-from acer_sync.config import Config, build_config
-from acer_sync.learn import Trainer
-from acer_sync.networks import LOG_STD_MAX, LOG_STD_MIN, GaussianActorCritic, canonical_spec, network_from_spec
-from acer_sync.normalization import ObservationNormalizer
+from acer_sync.base.config import Config, build_config
+from acer_sync.nets.networks import LOG_STD_MAX, LOG_STD_MIN, GaussianActorCritic, network_from_spec
+from acer_sync.nets.normalization import ObservationNormalizer
+from acer_sync.training.acer import ACER
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from helpers import features_of, ff_batch
 
@@ -41,7 +41,7 @@ def test_gaussian_network_shapes_and_log_std_clamp():
     with torch.no_grad():
         model.log_std.copy_(torch.tensor([-100.0, 100.0]))
     assert model.policy_of(features_of(model, obs))[0, 2:].tolist() == [LOG_STD_MIN, LOG_STD_MAX]
-    assert canonical_spec(model.spec()) == model.spec()
+    assert network_from_spec(model.spec()).spec() == model.spec()
     assert isinstance(network_from_spec(model.spec()), GaussianActorCritic)
 
 
@@ -94,11 +94,11 @@ def pendulum_config(**overrides):
 def test_observation_normalization_survives_checkpoint_and_resume(tmp_path):
     config = pendulum_config(total_timesteps=400, num_envs=2, nsteps=20, replay_start=40, hidden="8")
     assert config.normalize_obs
-    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    build_trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
     payload = load_checkpoint(tmp_path)
     saved = {k: v for k, v in payload["model"].items() if k.startswith("normalizer.")}
     assert float(saved["normalizer.count"]) > 400 and float(saved["normalizer.var"].min()) != 1.0
-    resumed = Trainer(config, env_info("Pendulum-v1"), tmp_path, resume=payload, progress_bar=False)
+    resumed = build_trainer(config, env_info("Pendulum-v1"), tmp_path, resume=payload, progress_bar=False)
     for name, value in saved.items():
         assert torch.equal(resumed.model.state_dict()[name], value)
         assert torch.equal(resumed.agent.average_model.state_dict()[name], value)
@@ -109,7 +109,7 @@ def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
     import play
 
     config = pendulum_config(total_timesteps=200, num_envs=2, nsteps=20, hidden="8")
-    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    build_trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
     assert play.main([str(tmp_path), "--episodes", "2", "--greedy"]) == 0
     assert "mean score over 2 episodes" in capsys.readouterr().out
 
@@ -155,7 +155,7 @@ def test_pendulum_is_solved(tmp_path, one_torch_thread):
     the 2-core machine (seeds 1 and 2: −210, −209); we ask for −250 to allow for another machine's
     rounding."""
     config = pendulum_config(seed=0, total_timesteps=100_000, gamma=0.9, eval_every=100_000, eval_episodes=100)
-    Trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
+    build_trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
     with open(tmp_path / "progress.csv", newline="") as handle:
         last = list(csv.DictReader(handle))[-1]
     assert int(last["eval_episodes"]) == 100 and float(last["eval_mean"]) >= -250, last["eval_mean"]

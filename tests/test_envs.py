@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from acer_sync.buffer import buffer_fields
-from acer_sync.distributions import distribution_for
-from acer_sync.errors import UserError
-from acer_sync.runner import Runner
+from acer_sync.base.errors import UserError
+from acer_sync.nets.distributions import distribution_for
+from acer_sync.replay.buffer import buffer_fields
+from acer_sync.rollout.runner import Runner
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker, LifeLossActions
 from atari.stacking import FrameStacker

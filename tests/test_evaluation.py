@@ -6,11 +6,11 @@ import time
 import numpy as np
 import torch
 
-import acer_sync.learn
-from acer_sync.config import build_config
-from acer_sync.evaluation import evaluate
-from acer_sync.learn import Trainer
-from acer_sync.networks import ActorCritic
+import acer_sync.training.callbacks
+from acer_sync.base.config import build_config
+from acer_sync.nets.networks import ActorCritic
+from acer_sync.rollout.evaluation import evaluate
+from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from helpers import NeverFire
 
@@ -58,10 +58,10 @@ def test_training_logs_evaluations(tmp_path, monkeypatch):
         time.sleep(EXTRA_EVAL_SECONDS)  # so that eval_seconds has a lower bound on any machine
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(acer_sync.learn, "evaluate", slower_evaluate)
+    monkeypatch.setattr(acer_sync.training.callbacks, "evaluate", slower_evaluate)
     config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", total_timesteps=4_000,
                                       eval_every=1_500, eval_episodes=4, log_interval=100))
-    Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
+    build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
     with open(tmp_path / "progress.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     evaluated = [row for row in rows if int(row["eval_episodes"]) > 0]

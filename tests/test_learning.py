@@ -5,8 +5,8 @@ import csv
 import pytest
 from torch._dynamo.utils import counters
 
-from acer_sync.config import build_config
-from acer_sync.learn import Trainer
+from acer_sync.base.config import build_config
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 
 WALL_CLOCK_COLUMNS = {"fps", "time_elapsed", "rss_mb", "eval_seconds"}
@@ -17,7 +17,7 @@ def train_cartpole(tmp_path, seed: int, **overrides) -> list[dict]:
     config = build_config(False, dict(env="CartPole-v1", seed=seed, vec_env="sync", device="cpu", log_seconds=0, **overrides))
     run_dir = tmp_path / f"cartpole_{seed}"
     run_dir.mkdir()
-    Trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False).train()
+    build_trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False).train()
     with open(run_dir / "progress.csv", newline="") as handle:
         return list(csv.DictReader(handle))
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from acer_sync import losses
+from acer_sync.math import losses
 
 GAMMA = 0.9
 # Two envs side by side; env 1 ends its episode with step 1.

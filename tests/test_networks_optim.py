@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from acer_sync.agent import ACER
-from acer_sync.config import Config
-from acer_sync.networks import ActorCritic, polyak_update
-from acer_sync.optim import RMSpropTF
-from acer_sync.schedules import learning_rate
+from acer_sync.base.config import Config
+from acer_sync.math.optim import RMSpropTF
+from acer_sync.math.schedules import learning_rate
+from acer_sync.nets.networks import ActorCritic, polyak_update
+from acer_sync.training.acer import ACER
 from helpers import features_of, ff_batch
 
 

@@ -21,19 +21,22 @@ def test_pyproject_requires_exactly_the_pinned_requirements():
     assert sorted(declared) == sorted(pinned)
 
 
-def test_the_repos_packages_and_the_modules_they_import_are_installed():
+def test_the_repos_packages_are_installed_and_import_no_top_level_script():
     setuptools = pyproject()["tool"]["setuptools"]
-    packages = sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
-    assert sorted(setuptools["packages"]) == packages
+    top_level = sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
+    assert top_level == ["acer_sync", "atari"]  # a pip install adds no other top-level name
+    include = setuptools["packages"]["find"]["include"]
+    assert include == ["acer_sync", "acer_sync.*", "atari"]
+    assert "py-modules" not in setuptools
     root_modules = {path.stem for path in ROOT.glob("*.py")}
     imported = set()
-    for package in packages:
+    for package in top_level:
         for source in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(source.read_text())):
                 if isinstance(node, ast.ImportFrom) and node.level == 0:
                     imported.add(node.module.split(".")[0])
                 elif isinstance(node, ast.Import):
                     imported.update(alias.name.split(".")[0] for alias in node.names)
-    assert imported & root_modules == set(setuptools["py-modules"]) == {"user_errors"}
+    assert imported & root_modules == set()
     data = [path for pattern in setuptools["package-data"]["acer_sync"] for path in (ROOT / "acer_sync").glob(pattern)]
     assert (ROOT / "acer_sync" / "data" / "atari_scores.json") in data

@@ -1,4 +1,4 @@
-"""plot.py and acer_sync.scores: the curves PNG, seed grouping, reference scores, one-line errors."""
+"""plot.py and acer_sync.api.scores: the curves PNG, seed grouping, reference scores, one-line errors."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import plot
-from acer_sync.errors import UserError
-from acer_sync.scores import baselines_curve, game_name, human_normalized, published_acer
+from acer_sync.api.scores import baselines_curve, game_name, human_normalized, published_acer
+from acer_sync.base.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

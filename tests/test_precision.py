@@ -8,17 +8,19 @@ import torch
 
 import acer_sync
 import train
-from acer_sync import losses, precision
-from acer_sync.agent import ACER
-from acer_sync.buffer import ReplayBuffer, buffer_fields, to_batch
-from acer_sync.checkpoint import load_checkpoint, save_checkpoint
-from acer_sync.config import build_config
-from acer_sync.distributions import distribution_for
-from acer_sync.learn import Trainer, build_model
-from acer_sync.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic, RecurrentGaussianActorCritic
-from acer_sync.outcome import Stop
-from acer_sync.precision import NetworkPasses, cpu_bf16_flags, native_bf16, runs_in_bf16, slow_bf16_warning
-from acer_sync.runner import Runner
+from acer_sync.base.config import build_config
+from acer_sync.base.outcome import Stop
+from acer_sync.math import losses
+from acer_sync.nets import precision
+from acer_sync.nets.build import build_model
+from acer_sync.nets.distributions import distribution_for
+from acer_sync.nets.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic, RecurrentGaussianActorCritic
+from acer_sync.nets.precision import NetworkPasses, cpu_bf16_flags, native_bf16, runs_in_bf16, slow_bf16_warning
+from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
+from acer_sync.rollout.runner import Runner
+from acer_sync.training.acer import ACER
+from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
+from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
 from helpers import ff_batch, random_batch
@@ -110,7 +112,7 @@ def test_the_math_receives_float32_when_the_network_runs_in_bf16(kind, monkeypat
         model = (GaussianActorCritic((1, 3), 2, (8,), [0.5, 0.5], True) if kind == "gaussian mlp"
                  else RecurrentGaussianActorCritic((1, 3), 2, "lstm", (8,), [0.5, 0.5], lstm_size=8))
         batch = ff_batch(**random_batch(T, N, (1, 3), 2, True, seed=1))
-    batch["state"] = model.initial_state(N)
+    batch = batch._replace(state=model.initial_state(N))
     seen: dict[str, set] = {}
     for name in MATH:
         original = getattr(losses, name)
@@ -268,7 +270,7 @@ def cartpole_returns(tmp_path, name: str, total: int) -> list[float]:
     run_dir = tmp_path / name
     run_dir.mkdir()
     rows = []
-    trainer = Trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False, on_progress=rows.append)
+    trainer = build_trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False, on_progress=rows.append)
     assert trainer.agent.net.bf16 == (name == "bf16")
     assert trainer.train().stop is Stop.FINISHED
     return [row["mean_episode_reward"] for row in rows]

@@ -5,9 +5,9 @@ import types
 import gymnasium as gym
 import pytest
 
-import acer_sync.learn
-from acer_sync.config import build_config, validate
-from acer_sync.learn import Trainer
+import acer_sync.training.callbacks
+from acer_sync.base.config import build_config, validate
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from helpers import read_progress
 
@@ -16,7 +16,7 @@ NUM_ENVS, NSTEPS = 2, 5  # 10 env steps, so 10 s of the fake clock, per iteratio
 
 
 class FakeClock:
-    """Stands in for the ``time`` module in acer_sync.learn: its clock moves only when an env steps."""
+    """Stands in for the ``time`` module in acer_sync.training.callbacks: its clock moves only when an env steps."""
 
     def __init__(self):
         self.now = 0.0
@@ -43,10 +43,10 @@ gym.register("SlowCartPole-v0", entry_point=SlowCartPole)
 
 
 def logged_iterations(tmp_path, monkeypatch, **settings) -> list[int]:
-    monkeypatch.setattr(acer_sync.learn, "time", types.SimpleNamespace(perf_counter=CLOCK.perf_counter))
+    monkeypatch.setattr(acer_sync.training.callbacks, "time", types.SimpleNamespace(perf_counter=CLOCK.perf_counter))
     config = build_config(False, dict(env="SlowCartPole-v0", vec_env="sync", device="cpu", num_envs=NUM_ENVS, nsteps=NSTEPS,
                                       total_timesteps=20 * NUM_ENVS * NSTEPS, eval_every=0, **settings))
-    Trainer(config, env_info("SlowCartPole-v0"), tmp_path, progress_bar=False).train()
+    build_trainer(config, env_info("SlowCartPole-v0"), tmp_path, progress_bar=False).train()
     return [int(row["iterations"]) for row in read_progress(tmp_path)]
 
 

@@ -6,14 +6,15 @@ import torch
 from reference_acer import categorical_forward, categorical_policy, gaussian_advantage, gaussian_policy, gaussian_value
 
 import train
-from acer_sync import losses
-from acer_sync.buffer import ReplayBuffer, buffer_fields, to_batch
-from acer_sync.checkpoint import load_checkpoint
-from acer_sync.config import build_config
-from acer_sync.distributions import distribution_for
-from acer_sync.learn import Trainer, build_model
-from acer_sync.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic
-from acer_sync.runner import Runner
+from acer_sync.base.config import build_config
+from acer_sync.math import losses
+from acer_sync.nets.build import build_model
+from acer_sync.nets.distributions import distribution_for
+from acer_sync.nets.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic
+from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
+from acer_sync.rollout.runner import Runner
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
 from helpers import one_line_error
@@ -154,7 +155,7 @@ def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path):
         ))
         rows = []
         (tmp_path / replay_state).mkdir()
-        trainer = Trainer(config, info, tmp_path / replay_state, progress_bar=False, on_progress=rows.append)
+        trainer = build_trainer(config, info, tmp_path / replay_state, progress_bar=False, on_progress=rows.append)
         assert trainer.train().finished
         rho[replay_state] = np.array([row["rho_mean"] for row in rows])
     assert np.abs(rho["stored"] - 1).max() <= 1e-5
@@ -215,7 +216,7 @@ def cue_recall_returns(network: str, tmp_path) -> list[float]:
     ))
     run_dir = tmp_path / network
     run_dir.mkdir()
-    assert Trainer(config, env_info(memory_env.ENV_ID), run_dir, progress_bar=False, on_progress=rows.append).train().finished
+    assert build_trainer(config, env_info(memory_env.ENV_ID), run_dir, progress_bar=False, on_progress=rows.append).train().finished
     return [row["mean_episode_reward"] for row in rows]
 
 

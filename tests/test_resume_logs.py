@@ -13,9 +13,9 @@ import shutil
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from acer_sync.checkpoint import LATEST, load_checkpoint
-from acer_sync.config import build_config
-from acer_sync.learn import Trainer
+from acer_sync.base.config import build_config
+from acer_sync.training.checkpoint import LATEST, load_checkpoint
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from helpers import read_progress
 
@@ -35,14 +35,14 @@ def test_resume_after_a_crash_drops_the_rows_and_events_past_the_checkpoint(tmp_
     info = env_info(config.env)
     threads_before = torch.get_num_threads()
     try:
-        assert Trainer(config, info, tmp_path, progress_bar=False).train().finished
+        assert build_trainer(config, info, tmp_path, progress_bar=False).train().finished
         first_rows = read_progress(tmp_path)
         checkpoints = tmp_path / "checkpoints"
         shutil.copyfile(checkpoints / f"step_{CHECKPOINT_STEP:010d}.pt", checkpoints / LATEST)
         with open(tmp_path / "progress.csv", "a") as handle:
             handle.write("220,22,22,1.")  # the row the kill cut short
         payload = load_checkpoint(tmp_path)
-        assert Trainer(config, info, tmp_path, resume=payload, progress_bar=False).train().finished
+        assert build_trainer(config, info, tmp_path, resume=payload, progress_bar=False).train().finished
     finally:
         torch.set_num_threads(threads_before)
 

@@ -1,5 +1,6 @@
 """Nothing lost: atomic checkpoints under kill -9, pruning, saved buffers, NaN updates, dead workers."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,11 +13,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from acer_sync.checkpoint import load_checkpoint
-from acer_sync.config import build_config
-from acer_sync.errors import EXIT_CODES, exit_code
-from acer_sync.learn import Trainer
-from acer_sync.outcome import Stop
+from acer_sync.base.config import build_config
+from acer_sync.base.errors import EXIT_CODES, exit_code
+from acer_sync.base.outcome import Stop
+from acer_sync.training.callbacks import CheckpointCallback
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from helpers import ROOT, NaNRewardsAfter, one_line_error, read_progress, start_long_cartpole_run
 
@@ -31,7 +33,7 @@ WRITER = textwrap.dedent(
     """
     import sys, torch
     sys.path.insert(0, {root!r})
-    from acer_sync.checkpoint import save_checkpoint
+    from acer_sync.training.checkpoint import save_checkpoint
     torch.set_num_threads(1)  # on a busy CPU, two threads filling the tensor take longer than the save
     path = sys.argv[1]
     for i in range(10**6):
@@ -73,20 +75,21 @@ def test_kill_9_during_saves_always_leaves_a_loadable_checkpoint(tmp_path):
 
 def test_periodic_checkpoints_are_pruned_to_keep_checkpoints(tmp_path):
     config = cartpole_config(total_timesteps=400, checkpoint_every=40, keep_checkpoints=2)
-    assert Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train().finished
+    assert build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train().finished
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["latest.pt", "step_0000000360.pt", "step_0000000400.pt"]
 
 
-def test_saved_buffer_is_replayed_after_resume(tmp_path, capsys):
+def test_saved_buffer_is_replayed_after_resume(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="acer_sync")  # the library logs what it says
     config = cartpole_config(total_timesteps=800, buffer_size=200, replay_start=20, save_buffer=True)
-    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
     trainer.train()
     saved = trainer.buffer.state()
     payload = load_checkpoint(tmp_path)
-    resumed = Trainer(config, env_info("CartPole-v1"), tmp_path, resume=payload, progress_bar=False)
+    resumed = build_trainer(config, env_info("CartPole-v1"), tmp_path, resume=payload, progress_bar=False)
     try:
-        assert "replay resumes with the saved buffer (200 steps per env)" in capsys.readouterr().out
+        assert "replay resumes with the saved buffer (200 steps per env)" in caplog.text
         for name in ("frames", "actions", "mu", "rewards"):
             np.testing.assert_array_equal(resumed.buffer.state()[name], saved[name])
         last = (resumed.buffer.steps_written - 1) % resumed.buffer.step_capacity
@@ -96,12 +99,13 @@ def test_saved_buffer_is_replayed_after_resume(tmp_path, capsys):
         resumed.close()
 
 
-def test_resume_without_saved_buffer_says_it_starts_empty(tmp_path, capsys):
+def test_resume_without_saved_buffer_says_it_starts_empty(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="acer_sync")
     config = cartpole_config(total_timesteps=200)
-    Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
-    resumed = Trainer(config, env_info("CartPole-v1"), tmp_path, resume=load_checkpoint(tmp_path), progress_bar=False)
+    build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
+    resumed = build_trainer(config, env_info("CartPole-v1"), tmp_path, resume=load_checkpoint(tmp_path), progress_bar=False)
     resumed.close()
-    assert "no saved replay buffer, so it starts empty on resume" in capsys.readouterr().out
+    assert "no saved replay buffer, so it starts empty on resume" in caplog.text
 
 
 class NaNRewardCartPole(NaNRewardsAfter):
@@ -116,7 +120,7 @@ gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole)
 def test_nonfinite_updates_are_skipped_counted_and_stop_the_run(tmp_path, capsys):
     config = cartpole_config(env="NaNRewardCartPole-v0", total_timesteps=5_000, checkpoint_every=40,
                              replay_ratio=0.0, max_nonfinite=3, log_interval=1)
-    trainer = Trainer(config, env_info("NaNRewardCartPole-v0"), tmp_path, progress_bar=False)
+    trainer = build_trainer(config, env_info("NaNRewardCartPole-v0"), tmp_path, progress_bar=False)
     good = [p.clone() for p in trainer.model.parameters()]
     outcome = trainer.train()
     assert outcome.stop is Stop.NONFINITE and EXIT_CODES[outcome.stop] == 4
@@ -187,8 +191,8 @@ def test_corrupt_config_json_is_reported_by_plot(tmp_path):
 
 
 def test_a_full_disk_leaves_the_previous_checkpoint_and_no_partial_file(tmp_path, monkeypatch):
-    from acer_sync import checkpoint
-    from acer_sync.errors import UserError
+    from acer_sync.base.errors import UserError
+    from acer_sync.training import checkpoint
 
     path = tmp_path / "latest.pt"
     checkpoint.save_checkpoint(path, {"step": 1})
@@ -204,7 +208,7 @@ def test_a_full_disk_leaves_the_previous_checkpoint_and_no_partial_file(tmp_path
 
 
 def test_graceful_stop_turns_the_first_signal_into_a_flag_and_the_second_sigint_into_an_exit():
-    from acer_sync.learn import GracefulStop
+    from acer_sync.training.signals import GracefulStop
 
     with GracefulStop() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -220,12 +224,13 @@ def test_graceful_stop_turns_the_first_signal_into_a_flag_and_the_second_sigint_
 def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one_line(tmp_path, capsys, where):
     # The race CI once hit: the second SIGINT landed while the env workers were being closed.
     config = cartpole_config(total_timesteps=80)
-    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
 
     def second_sigint(*args, **kwargs):
         raise KeyboardInterrupt
 
-    setattr(trainer, where, second_sigint)
+    checkpoints = next(c for c in trainer.callbacks.callbacks if isinstance(c, CheckpointCallback))
+    setattr(checkpoints if where == "save" else trainer, where, second_sigint)
     outcome = trainer.train()
     assert capsys.readouterr().err == ""  # the Trainer prints no error line: the script does
     assert exit_code(outcome, "train.py") == 130
@@ -236,7 +241,7 @@ def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one
 @pytest.fixture
 def sigint_handler_kept():
     """Give back this process's SIGINT handler, and the stop flag, that run_cli changes."""
-    from acer_sync.errors import STOP_SIGNALLED
+    from acer_sync.base.errors import STOP_SIGNALLED
 
     handler, was_set = signal.getsignal(signal.SIGINT), STOP_SIGNALLED.is_set()
     yield
@@ -246,7 +251,7 @@ def sigint_handler_kept():
 
 
 def test_run_cli_turns_an_unhandled_ctrl_c_into_one_line_and_exit_130(capsys, sigint_handler_kept):
-    from acer_sync.errors import run_cli
+    from acer_sync.base.errors import run_cli
 
     def interrupted():
         raise KeyboardInterrupt
@@ -299,7 +304,7 @@ def test_ctrl_c_during_teardown_after_an_interrupted_run_exits_130_in_silence(tm
     script.write_text(
         "import atexit, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from acer_sync.errors import EXIT_INTERRUPTED, run_cli\n"
+        "from acer_sync.base.errors import EXIT_INTERRUPTED, run_cli\n"
         "atexit.register(lambda: (print('tearing down', flush=True), time.sleep(5)))\n"
         "run_cli(lambda: EXIT_INTERRUPTED, 'teardown.py')\n"
     )
@@ -314,8 +319,8 @@ def test_ctrl_c_while_the_stopped_trainer_is_freed_exits_130_in_silence(tmp_path
     script.write_text(
         "import multiprocessing.util, os, signal, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from acer_sync.errors import EXIT_INTERRUPTED, run_cli\n"
-        "from acer_sync.learn import GracefulStop\n"
+        "from acer_sync.base.errors import EXIT_INTERRUPTED, run_cli\n"
+        "from acer_sync.training.signals import GracefulStop\n"
         "class Workers: pass\n"
         "def main():\n"
         "    workers = Workers()\n"

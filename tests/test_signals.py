@@ -14,13 +14,20 @@ import time
 
 import pytest
 
-from acer_sync.checkpoint import load_checkpoint
-from acer_sync.config import build_config
-from acer_sync.errors import EXIT_CODES
-from acer_sync.learn import GracefulStop, Trainer
-from acer_sync.outcome import Stop
+from acer_sync.base.config import build_config
+from acer_sync.base.errors import EXIT_CODES
+from acer_sync.base.outcome import Stop
+from acer_sync.training.callbacks import CheckpointCallback, EvalCallback
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
+from acer_sync.training.signals import GracefulStop
 from atari.envs import env_info
 from helpers import ROOT, read_progress
+
+
+def callback_of(trainer, kind):
+    """The trainer's built-in callback of class ``kind``."""
+    return next(callback for callback in trainer.callbacks.callbacks if isinstance(callback, kind))
 
 
 def handler_owner(handler) -> object:
@@ -34,7 +41,7 @@ def test_the_trainers_sigint_handler_is_its_own_after_every_phase(tmp_path):
         buffer_size=100, replay_start=20, eval_every=30, eval_episodes=2, checkpoint_every=50, log_interval=1,
     ))
     before = signal.getsignal(signal.SIGINT)
-    trainer = Trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
     assert signal.getsignal(signal.SIGINT) is before, "building the subproc envs changed the SIGINT handler"
     seen: dict[str, object] = {}
 
@@ -45,16 +52,18 @@ def test_the_trainers_sigint_handler_is_its_own_after_every_phase(tmp_path):
             return result
         return wrapped
 
-    trainer.evaluate = record_after("first evaluation", trainer.evaluate)
-    trainer.save = record_after("checkpoint", trainer.save)
-    iteration = trainer._iteration
+    evaluation = callback_of(trainer, EvalCallback)
+    evaluation.evaluate = record_after("first evaluation", evaluation.evaluate)
+    checkpoints = callback_of(trainer, CheckpointCallback)
+    checkpoints.save = record_after("checkpoint", checkpoints.save)
+    learn = trainer.learn
 
-    def iteration_then_note_replay(bar):
-        iteration(bar)
+    def learn_then_note_replay():
+        learn()
         if trainer.updates > trainer.iterations:  # an off-policy update ran: replay has started
             seen.setdefault("replay start", signal.getsignal(signal.SIGINT))
 
-    trainer._iteration = iteration_then_note_replay
+    trainer.learn = learn_then_note_replay
     assert trainer.train().finished
     assert set(seen) == {"first evaluation", "checkpoint", "replay start"}
     for phase, handler in seen.items():
@@ -106,28 +115,28 @@ def small_cartpole_trainer(run_dir):
         env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=10_000,
         buffer_size=100, replay_start=20, eval_every=0, checkpoint_every=10_000, log_interval=1,
     ))
-    return Trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False)
+    return build_trainer(config, env_info("CartPole-v1"), run_dir, progress_bar=False)
 
 
 def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exits_130(tmp_path, capsys):
     # torch.save's zip writer re-raises a KeyboardInterrupt that lands in it as a RuntimeError from
     # its __exit__; the trainer must still take it for the second Ctrl-C, not crash with a traceback.
     trainer = small_cartpole_trainer(tmp_path)
-    iteration = trainer._iteration
+    learn = trainer.learn
 
-    def first_sigint_after_an_iteration(bar):
-        iteration(bar)
+    def first_sigint_after_an_iteration():
+        learn()
         os.kill(os.getpid(), signal.SIGINT)
 
-    def save_interrupted_by_a_second_sigint(periodic):
+    def save_interrupted_by_a_second_sigint(trainer, periodic):
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)
         except KeyboardInterrupt as interrupt:
             raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos 64 vs 0") from interrupt
 
-    trainer._iteration = first_sigint_after_an_iteration
-    trainer.save = save_interrupted_by_a_second_sigint
+    trainer.learn = first_sigint_after_an_iteration
+    callback_of(trainer, CheckpointCallback).save = save_interrupted_by_a_second_sigint
     outcome = trainer.train()
     assert outcome.stop is Stop.INTERRUPTED and EXIT_CODES[outcome.stop] == 130
     assert "second SIGINT: exiting at once" in outcome.error
@@ -137,10 +146,10 @@ def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exit
 def test_an_error_without_a_second_signal_is_not_taken_for_one(tmp_path):
     trainer = small_cartpole_trainer(tmp_path)
 
-    def failing_iteration(bar):
+    def failing_iteration():
         raise RuntimeError("a real bug")
 
-    trainer._iteration = failing_iteration
+    trainer.collect = failing_iteration
     with pytest.raises(RuntimeError, match="a real bug"):
         trainer.train()
     trainer.env.close()

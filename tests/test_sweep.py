@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from acer_sync.checkpoint import load_checkpoint
-from acer_sync.config import Config, build_config
-from acer_sync.config_file import load_config_file, load_env_settings
-from acer_sync.errors import UserError
-from sweeps.spec import load_sweep
+from acer_sync.base.config import Config, build_config
+from acer_sync.base.config_file import load_config_file, load_env_settings
+from acer_sync.base.errors import UserError
+from acer_sync.sweeps.spec import load_sweep
+from acer_sync.training.checkpoint import load_checkpoint
 from helpers import ROOT, one_line_error, read_progress, trial_processes, trial_resume_steps
 from helpers import wait_for as wait_for_condition
 
@@ -343,7 +343,7 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
 
     import torch
 
-    from acer_sync.learn import Trainer
+    from acer_sync.training.setup import build_trainer
     from atari.envs import env_info
 
     config = build_config(False, dict(env="CartPole-v1", num_envs=2, nsteps=5, total_timesteps=100, vec_env="sync",
@@ -352,7 +352,7 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
     threads_before = torch.get_num_threads()
 
     def train():
-        trainer = Trainer(config, env_info(config.env), tmp_path, progress_bar=False,
+        trainer = build_trainer(config, env_info(config.env), tmp_path, progress_bar=False,
                           on_progress=rows.append, on_checkpoint=checkpoints.append)
         outcome["finished"] = trainer.train().finished
 
@@ -367,8 +367,8 @@ def test_trainer_hooks_see_every_row_and_checkpoint_in_a_worker_thread(tmp_path)
 
 
 def test_interim_summary_marks_unfinished_trials_and_leaves_them_out_of_the_means(tmp_path):
-    from sweeps.launch import TrialOutcome
-    from sweeps.summary import summary_markdown
+    from acer_sync.sweeps.launch import TrialOutcome
+    from acer_sync.sweeps.summary import summary_markdown
 
     sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 2000}\n"))
     for name, last_step, final_mean in ((SEED0, 2000, 100.0), (SEED1, 400, 10.0)):
@@ -401,7 +401,7 @@ def test_a_negative_stop_wait_is_refused_before_ray_starts(tmp_path, value):
 
 
 def test_a_node_that_cannot_see_the_drivers_probe_says_so(tmp_path):
-    from sweeps.launch import node_storage_problem
+    from acer_sync.sweeps.launch import node_storage_problem
 
     (tmp_path / ".probe").write_text("token")
     assert node_storage_problem(str(tmp_path), ".probe", "token") is None
@@ -412,8 +412,9 @@ def test_a_node_that_cannot_see_the_drivers_probe_says_so(tmp_path):
 
 def test_a_trial_records_the_git_commit_sweep_py_gives_it(tmp_path, monkeypatch):
     """The code a cluster's node runs is a copy without .git, where the trial finds no commit; a
-    trial's run takes sweep.py's (sweeps/trial.py passes DriverContext.git_commit to api.run)."""
-    from acer_sync import api, run_metadata
+    trial's run takes sweep.py's (acer_sync/acer_sync/sweeps/trial.py passes DriverContext.git_commit to api.run)."""
+    from acer_sync.api import run_metadata
+    from acer_sync.api import runs as api
 
     monkeypatch.setattr(run_metadata, "git_commit", lambda: "unknown")
     outcome = api.run(
@@ -425,7 +426,7 @@ def test_a_trial_records_the_git_commit_sweep_py_gives_it(tmp_path, monkeypatch)
 
 
 def test_run_directories_inside_the_repository_stay_out_of_the_upload():
-    from sweeps.launch import CODE_EXCLUDES, REPO_ROOT, code_excludes
+    from acer_sync.sweeps.launch import CODE_EXCLUDES, REPO_ROOT, code_excludes
 
     # Every sweep under a --runs-dir inside the repository, not only this one's.
     assert code_excludes(REPO_ROOT / "myruns") == [*CODE_EXCLUDES, "/myruns/"]
@@ -435,7 +436,7 @@ def test_run_directories_inside_the_repository_stay_out_of_the_upload():
 
 
 def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_names_the_setting(tmp_path):
-    from sweeps.launch import RECORD_FILE, check_same_sweep
+    from acer_sync.sweeps.launch import RECORD_FILE, check_same_sweep
 
     sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000}\ntrial: {cpus: 1}\n"))
     sweep_dir = tmp_path / "runs" / sweep.name

@@ -7,16 +7,16 @@ import torch
 from reference_acer import reference_update
 
 import train
-from acer_sync import losses
-from acer_sync.agent import ACER
-from acer_sync.buffer import Batch, ReplayBuffer, Segment, buffer_fields
-from acer_sync.checkpoint import load_checkpoint, save_checkpoint
-from acer_sync.config import Config, build_config
-from acer_sync.distributions import Categorical, DiagGaussian, distribution_for, distribution_of_spec
-from acer_sync.learn import build_model
-from acer_sync.networks import ActorCritic, GaussianActorCritic
-from acer_sync.optim import RMSpropTF
-from acer_sync.runner import Runner
+from acer_sync.base.config import Config, build_config
+from acer_sync.math import losses
+from acer_sync.math.optim import RMSpropTF
+from acer_sync.nets.build import build_model
+from acer_sync.nets.distributions import Categorical, DiagGaussian, distribution_for, distribution_of_spec
+from acer_sync.nets.networks import ActorCritic, GaussianActorCritic
+from acer_sync.replay.buffer import Batch, ReplayBuffer, Segment, buffer_fields
+from acer_sync.rollout.runner import Runner
+from acer_sync.training.acer import ACER
+from acer_sync.training.checkpoint import load_checkpoint
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
 from helpers import random_batch
@@ -53,7 +53,7 @@ def _updated_both_ways(make_model, config, batch, updates=3):
     T, N = batch["actions"].shape[:2]
     torch.manual_seed(5)
     for _ in range(updates):
-        agent.update(Batch(batch, firsts=torch.zeros(T + 1, N, dtype=torch.bool), state=()), lr=1e-2)
+        agent.update(Batch(**batch, firsts=torch.zeros(T + 1, N, dtype=torch.bool), state=()), lr=1e-2)
     torch.manual_seed(5)
     for _ in range(updates):
         assert reference_update(reference_model, reference_average, reference_optimizer, config, dist, batch, lr=1e-2)
@@ -155,7 +155,7 @@ def test_a_buffer_saved_before_timeout_values_loads_with_zeros():
 
     fields = buffer_fields((3,), np.dtype(np.float32), Categorical(2))
     new = filled(ReplayBuffer(fields, 2, 4, 8, 1), 1.0)
-    old_state = {name: array for name, array in new.state().items() if name != "timeout_values"}
+    old_state = {name: array for name, array in new.state().items() if name not in ("timeout_values", "format")}
     restored = ReplayBuffer(fields, 2, 4, 8, 1)
     restored.timeout_values[...] = 9.0
     restored.load_state(old_state)
@@ -194,7 +194,7 @@ def test_a_checkpoint_from_before_continuous_acer_resumes(tmp_path):
     for name in ("normalize_obs", "reward_scale", "policy_std", "sdn_samples"):
         del payload["config"][name]
     payload["model_spec"] = {key: payload["model_spec"][key] for key in ("obs_shape", "n_actions", "arch", "hidden")}
-    payload.pop("format")
-    save_checkpoint(path, payload)
+    payload.pop("callbacks")
+    torch.save({**payload, "format": 1}, path)  # checkpoint format 1, which those versions wrote
     assert train.main(["--resume", str(run_dir), "--total-timesteps", "400", "--no-progress"]) == 0
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 400

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from acer_sync.config import build_config
-from acer_sync.learn import Trainer
+from acer_sync.base.config import build_config
+from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from tools import baselines_curve, forced_steps, life_loss_frames
 from helpers import ROOT
@@ -151,7 +151,7 @@ def test_a_short_atari_run_stores_forced_steps_only_where_lives_are_lost(tmp_pat
     after each lost life, equally often; Pong (a FIRE game without lives) never loses one."""
     config = build_config(True, dict(env=env, vec_env="sync", num_envs=2, total_timesteps=400, buffer_size=200,
                                      replay_ratio=0, eval_every=0, threads=1, save_buffer=True))
-    assert Trainer(config, env_info(env), tmp_path, progress_bar=False).train().finished
+    assert build_trainer(config, env_info(env), tmp_path, progress_bar=False).train().finished
     mu, stored, written = forced_steps.stored_mu(tmp_path / forced_steps.BUFFER_PATH)
     assert stored == written == 200 and mu.shape == (200, 2, env_info(env).n_actions)
     counts = forced_steps.forced_counts(mu)

@@ -1,0 +1,170 @@
+"""A trained policy in your own code: ``acer_sync.load(run).predict(obs)``, as Stable-Baselines3 does it.
+
+:func:`load` reads a run directory's latest checkpoint (or a checkpoint file) without running
+code (``weights_only=True``), and :meth:`Policy.predict` acts on observations as the env returns
+them. For Atari, :func:`make_env` gives the env whose observations the policy was trained on:
+DeepMind preprocessing and a 4-frame stack, zero before an episode's first frame, exactly as the
+training and evaluation Actor (:class:`acer_sync.rollout.actor.Actor`) stacks them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from acer_sync.base.config import PRECISIONS
+from acer_sync.base.errors import UserError
+from acer_sync.nets.build import select_device
+from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
+from acer_sync.nets.networks import Network, network_from_spec
+from acer_sync.nets.precision import NetworkPasses
+from acer_sync.rollout.actor import choose_actions
+from acer_sync.training.checkpoint import load_checkpoint
+from atari.envs import (
+    ATARI_ENTRY_POINT,
+    ATARI_STACK,
+    NOOP_MAX,
+    baselines_life_loss_actions,
+    make_gym_env,
+    resolve_spec,
+)
+from atari.episodes import LifeLossActionsWrapper
+
+#: A recurrent policy's state, as :meth:`Policy.predict` takes and returns it: ``(h, c)``, ``[n, size]`` each.
+PolicyState = tuple[np.ndarray, ...]
+
+
+class Policy:
+    """A trained network that chooses actions (SB3's ``model.predict``).
+
+    :param model: the network (put in eval mode here).
+    :param distribution: its action distribution, with the Box's bounds for continuous actions.
+    :param env_id: the env it was trained on.
+    :param device: where ``model`` lives.
+    :param env_kwargs: the keyword arguments the run made its envs with (``--env-kwargs``).
+    :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`): the run's.
+    """
+
+    def __init__(
+        self, model: Network, distribution: Distribution, env_id: str, device: torch.device,
+        env_kwargs: dict | None = None, precision: str = "fp32",
+    ):
+        self.model = model.eval()
+        self.precision = precision
+        self.net = NetworkPasses(self.model, precision, device)
+        self.distribution = distribution
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+        self.device = device
+        stacked = tuple(model.obs_shape)
+        #: The shape of one observation as the env returns it: the frame stack ``[4, 84, 84]``
+        #: of :func:`make_env` for Atari, the env's own vector otherwise.
+        self.observation_shape = stacked if stacked[0] > 1 else stacked[1:]
+        #: Whether the network carries a state from step to step (``--network lstm`` or ``cnn_lstm``).
+        self.recurrent = bool(model.state_shapes)
+
+    @torch.inference_mode()
+    def predict(
+        self, observation, state: PolicyState | None = None, episode_start=None, deterministic: bool = False,
+    ) -> tuple[np.ndarray, PolicyState | None]:
+        """The actions for ``observation``, and the state to pass back in with the next one.
+
+        :param observation: one observation (:attr:`observation_shape`) or a batch of them
+            ``[n, *observation_shape]``, as the env (or a vector env) returns them.
+        :param state: what the previous call returned (None at the start; always None for a
+            feed-forward policy).
+        :param episode_start: per observation, whether an episode starts at it (its state is reset
+            to the start state first); None: no episode starts, besides the start of ``state`` None.
+        :param deterministic: take the distribution's mode (argmax, or the Gaussian's mean)
+            instead of sampling from it.
+        :return: ``(action, state)``: one action for one observation, ``[n, ...]`` for a batch
+            (Box actions clipped to the bounds); the next state, None for a feed-forward policy.
+        """
+        obs = np.asarray(observation)
+        single = obs.shape == self.observation_shape
+        if not single and obs.shape[1:] != self.observation_shape:
+            raise UserError(
+                f"predict takes an observation of shape {self.observation_shape} or a batch [n, "
+                f"{', '.join(map(str, self.observation_shape))}], got {obs.shape}" + self._stack_hint()
+            )
+        batch = obs[None] if single else obs
+        n = len(batch)
+        obs_tensor = torch.as_tensor(np.ascontiguousarray(batch).reshape(n, *self.model.obs_shape), device=self.device)
+        first = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
+        if len(first) != n:
+            raise UserError(f"episode_start has {len(first)} entries for {n} observations")
+        actions, _, next_state = choose_actions(
+            self.net, self.distribution, obs_tensor, self._state(state, n), torch.as_tensor(first, device=self.device),
+            greedy=deterministic,
+        )
+        actions = self.distribution.env_actions(actions.cpu().numpy())
+        returned = tuple(s.cpu().numpy() for s in next_state) if self.recurrent else None
+        return (actions[0] if single else actions), returned
+
+    def _state(self, state: PolicyState | None, n: int) -> tuple[torch.Tensor, ...]:
+        """The network's state of ``n`` observations: the start state, or ``state`` checked."""
+        if state is None:
+            return self.model.initial_state(n)
+        expected = [(n, *shape) for shape in self.model.state_shapes.values()]
+        got = [tuple(np.shape(s)) for s in state]
+        if got != expected:
+            what = "a feed-forward policy has no state; pass None" if not expected else f"expected {expected}"
+            raise UserError(f"state holds arrays of shapes {got}; {what} (the state that predict returned)")
+        return tuple(torch.as_tensor(np.asarray(s, dtype=np.float32), device=self.device) for s in state)
+
+    def _stack_hint(self) -> str:
+        if len(self.observation_shape) == 3 and self.observation_shape[0] == ATARI_STACK:
+            return f"; acer_sync.make_env({self.env_id!r}) returns the stacked frames it takes"
+        return ""
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
+    """The policy of a run directory's latest checkpoint, or of a checkpoint file.
+
+    :param path: a run directory or a ``.pt`` checkpoint.
+    :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda if available), or a torch device.
+    :raises UserError: for a missing, corrupt or foreign checkpoint (one line).
+    """
+    payload = load_checkpoint(path)
+    spec, env_id = payload["model_spec"], str(payload["env_id"])
+    config = payload["config"]
+    precision = str(config["precision"])
+    if precision not in PRECISIONS:
+        raise UserError(f"{path} was saved with precision {precision!r}; this version knows {', '.join(PRECISIONS)}")
+    try:
+        model = network_from_spec(spec)
+        model.load_state_dict(payload["model"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
+        raise UserError(f"{path} does not hold a usable model ({type(error).__name__})") from None
+    device = device if isinstance(device, torch.device) else select_device(device)
+    n = int(spec["n_actions"])
+    distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n)
+    return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision)
+
+
+def make_env(
+    env_id: str, render_mode: str | None = None, noop_max: int = NOOP_MAX, env_kwargs: dict | None = None,
+) -> gym.Env:
+    """A gymnasium env whose observations :meth:`Policy.predict` takes as they come.
+
+    For Atari ids: the DeepMind preprocessing of training (no-op starts, 4-frame skip with max-pool,
+    FIRE at reset, 84×84 grayscale), a stack of the last 4 frames ``[4, 84, 84]`` with zeros before
+    the episode's first frame, and, in games that need FIRE, the actions Baselines plays after each
+    lost life (no-op, FIRE, action 2) played inside ``step`` (rewards summed), as evaluation and
+    ``play.py`` play them. Episodes are full games, as in evaluation; rewards are raw. Any other
+    id is ``gym.make(env_id)``, its observations flattened as training flattens them.
+
+    :param env_id: a registered gymnasium env id.
+    :param render_mode: gymnasium's ``render_mode`` (``"human"``, ``"rgb_array"``).
+    :param noop_max: the most no-ops at reset (0: deterministic resets).
+    :param env_kwargs: keyword arguments for ``gym.make`` (a run's ``--env-kwargs``: ``policy.env_kwargs``).
+    """
+    env = make_gym_env(env_id, render_mode, noop_max, env_kwargs)
+    if resolve_spec(env_id).entry_point != ATARI_ENTRY_POINT:
+        return env
+    forced = baselines_life_loss_actions(env.unwrapped.get_action_meanings())
+    env = gym.wrappers.FrameStackObservation(env, ATARI_STACK, padding_type="zero")
+    return LifeLossActionsWrapper(env, forced) if forced else env

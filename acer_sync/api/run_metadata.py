@@ -1,0 +1,54 @@
+"""What a run records about itself besides its settings: package versions, the git commit, the
+command line (``config.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from acer_sync.base.config import Config
+
+
+def package_versions() -> dict[str, str]:
+    import ale_py
+    import gymnasium
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "gymnasium": gymnasium.__version__,
+        "ale_py": ale_py.__version__,
+    }
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | None = None) -> None:
+    """``config.json``: every setting, the package versions, the git commit and the command line.
+
+    :param commit: the git commit of the code, where it was found elsewhere (a sweep's trial runs
+        a copy of the code without ``.git``, so sweep.py gives it its own); by default, this code's.
+    """
+    payload = {
+        "config": dataclasses.asdict(config),
+        "versions": package_versions(),
+        "git_commit": git_commit() if commit is None else commit,
+        "command": argv,
+    }
+    with open(run_dir / "config.json", "w") as handle:
+        json.dump(payload, handle, indent=2, default=str)

@@ -1,0 +1,313 @@
+"""The library's door for training: ``acer_sync.train(env, **settings)``.
+
+``train.py`` and the sweep trials run through :func:`run`, so a run started from Python is the
+same as one started from the command line: a run directory with ``config.json``,
+``progress.csv``, ``tb/`` and ``checkpoints/``. Everything is checked before anything is written
+(:func:`check_config` is the one check of a run's settings, for flags, config files, sweep files
+and the API alike); a mistake is one :class:`UserError` with a one-line message, and leaves no
+directory behind. The library never exits and never prints an ``error:`` line: a run returns an
+:class:`~acer_sync.base.outcome.Outcome`, which the scripts turn into exit codes
+(:mod:`acer_sync.base.errors`) and :func:`train` into a return value or a :class:`TrainingStopped`.
+
+An env is an id, as for ``--env``, or a zero-argument callable that returns a gymnasium env. A
+callable is registered with gymnasium under ``acer_sync-callable/<module>.<name>`` (what
+``config.json`` and the checkpoints record as the env), so that every env the run builds, for
+training and for evaluation, comes from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import re
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import gymnasium as gym
+import numpy as np
+
+from acer_sync.api.run_metadata import write_config
+from acer_sync.base.config import Config, build_config, validate
+from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
+from acer_sync.base.errors import UserError
+from acer_sync.base.log import console, log
+from acer_sync.base.outcome import Outcome
+from acer_sync.nets.build import build_model, network_arch
+from acer_sync.training.callbacks import Callback
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
+from acer_sync.training.trainer import RESUMABLE_CHANGES, Trainer
+from atari.envs import EnvInfo, env_info
+
+#: The gymnasium namespace under which env callables are registered.
+CALLABLE_NAMESPACE = "acer_sync-callable"
+
+EnvSource = str | Callable[[], gym.Env]
+
+
+class TrainingStopped(RuntimeError):
+    """A run that stopped before ``total_timesteps`` and not by a callback: interrupted (SIGINT or
+    SIGTERM, after saving its checkpoint), an env worker that died, or too many non-finite updates
+    in a row.
+
+    ``outcome`` says which (:class:`~acer_sync.base.outcome.Outcome`), and ``outcome.run_dir`` holds
+    the checkpoint: ``acer_sync.train(resume=outcome.run_dir)`` continues the run.
+    """
+
+    def __init__(self, outcome: Outcome):
+        reason = outcome.error or f"{outcome.stop.value} at step {outcome.timesteps}"
+        super().__init__(f"{reason}; continue it with acer_sync.train(resume={str(outcome.run_dir)!r})")
+        self.outcome = outcome
+
+
+def train(
+    env: EnvSource | None = None, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+    callbacks: Iterable[Callback] = (), verbose: int = 1, progress_bar: bool = True,
+    on_progress: Callable[[dict], None] | None = None, on_checkpoint: Callable[[Path], None] | None = None,
+    **settings,
+) -> Path:
+    """Train ACER on ``env`` as ``train.py`` does, and return the run directory.
+
+    :param env: an env id, as for ``train.py --env`` (Atari ids get DeepMind preprocessing and the
+        Atari preset), or a zero-argument callable that returns a gymnasium env (the classic or,
+        for Box actions, the continuous preset, and the ``sync`` backend unless ``vec_env`` says
+        otherwise: ``subproc`` needs worker processes made by fork). Optional with ``resume``.
+    :param run_dir: the run directory (default: ``runs/<env>__<seed>__<time>``); it must not
+        already hold a run.
+    :param resume: continue the run in this directory from its latest checkpoint instead;
+        ``settings`` may then change only ``total_timesteps``, ``device``, ``threads`` and ``precision``, and
+        ``env`` (needed again for a run of a callable) must be the run's own.
+    :param callbacks: :class:`~acer_sync.training.callbacks.Callback` instances, called around each
+        iteration after the built-in ones (evaluation, progress rows, checkpoints); one that returns
+        False stops the run (a checkpoint is saved, and ``train`` returns); an exception raised in
+        one saves a checkpoint, then propagates.
+    :param verbose: 1 shows what the run says (the run directory, the buffer's size, resuming) on
+        standard output and its warnings on standard error, through the ``acer_sync`` logger
+        (:mod:`acer_sync.base.log`); 0 shows nothing but errors, and no progress bar.
+    :param progress_bar: show a tqdm bar (with ``verbose`` 1).
+    :param on_progress: called with each progress row, after it is written to ``progress.csv``.
+    :param on_checkpoint: called with the path of ``latest.pt`` after each checkpoint.
+    :param settings: :class:`~acer_sync.base.config.Config` fields by name (``train.py``'s flags with
+        ``_`` for ``-``), over the env's preset.
+    :raises UserError: for bad input (one line; nothing is written).
+    :raises TrainingStopped: when the run stopped before ``total_timesteps``, and not by a callback.
+    """
+    outcome = run(
+        env, run_dir=run_dir, resume=resume, callbacks=callbacks, verbose=verbose, progress_bar=progress_bar,
+        on_progress=on_progress, on_checkpoint=on_checkpoint, **settings,
+    )
+    if not outcome.finished:
+        raise TrainingStopped(outcome)
+    return outcome.run_dir
+
+
+def run(
+    env: EnvSource | None = None, *, run_dir: str | Path | None = None, resume: str | Path | None = None,
+    callbacks: Iterable[Callback] = (), verbose: int = 1, progress_bar: bool = True,
+    on_progress: Callable[[dict], None] | None = None, on_checkpoint: Callable[[Path], None] | None = None,
+    command: list[str] | None = None, commit: str | None = None, on_start: Callable[[Trainer], None] | None = None,
+    **settings,
+) -> Outcome:
+    """:func:`train`, returning the run's :class:`~acer_sync.base.outcome.Outcome` however it ended
+    (the scripts turn it into an exit code). ``command`` is what ``config.json`` records as the
+    command line (default: the call itself), ``commit`` the code's git commit (default: asked of
+    git here; a sweep's trials get the driver's). ``on_start`` is called with the Trainer before
+    it trains (a sweep trial wires its stop request to it)."""
+    with console(verbose):
+        return _run(
+            env, run_dir, resume, list(callbacks), verbose >= 1 and progress_bar, on_progress, on_checkpoint, command,
+            commit, on_start, settings,
+        )
+
+
+def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoint, command, commit, on_start,
+         settings) -> Outcome:
+    for callback in callbacks:
+        if not isinstance(callback, Callback):
+            raise UserError(f"callbacks must be acer_sync.Callback instances, got {callback!r}")
+    settings = {str(name): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()}
+    command = command or [call_text(env, settings)]
+    if resume is not None:
+        resume = Path(resume)
+        if run_dir is not None and Path(run_dir) != resume:
+            raise UserError("give either --resume RUN_DIR or --run-dir, not both")
+        config, info, payload = resumed_run(resume, env, settings)
+        run_dir, created = resume, []
+    else:
+        if env is None:
+            raise UserError("acer_sync.train needs an env: an env id such as 'CartPole-v1', or a callable that returns a gymnasium env")
+        env_id = env_id_of(env)
+        env_file, env_settings = (None, {}) if is_callable_env(env_id) else load_env_settings(env_id)
+        info = env_info(env_id, settings.get("env_kwargs", env_settings.get("env_kwargs")))
+        if is_callable_env(env_id) and not settings.get("vec_env"):
+            settings = {**settings, "vec_env": "sync"}  # subproc workers reach a callable only where forked
+        config = build_config(
+            info.atari, {**settings, "env": env_id}, continuous=info.continuous, env_settings=env_settings
+        )
+        if env_file is not None:
+            log.info(env_settings_line(env_id, env_file, env_settings, settings))
+        check_config(config, info)
+        run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
+        created = prepare_run_dir(run_dir)
+        payload = None
+    log.info(f"run directory: {run_dir}")
+    try:
+        trainer = build_trainer(
+            config, info, run_dir, resume=payload, progress_bar=progress_bar, callbacks=callbacks,
+            on_progress=on_progress, on_checkpoint=on_checkpoint,
+        )
+    except BaseException:
+        _remove_empty(created)
+        raise
+    if payload is None:
+        write_config(run_dir, config, command, commit=commit)
+    if on_start is not None:
+        on_start(trainer)
+    return trainer.train()
+
+
+def check_config(config: Config, info: EnvInfo) -> None:
+    """The one check of a run's settings on its env, for the flags, config files, sweep files and
+    the API: every problem :func:`~acer_sync.base.config.validate` finds, observation normalization on
+    Atari frames, and a network that does not fit the observations, as a one-line UserError."""
+    problems = validate(config)
+    if problems:
+        raise UserError("; ".join(problems))
+    if info.arch == "cnn" and config.normalize_obs:
+        raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
+    network_arch(info, config)
+    if is_callable_env(config.env) and config.vec_env == "subproc" and multiprocessing.get_start_method() != "fork":
+        raise UserError(
+            f"vec_env subproc runs {config.env} in worker processes, which reach an env callable only when Python "
+            f"forks them (here it starts them by {multiprocessing.get_start_method()}); use vec_env='sync'"
+        )
+
+
+def env_id_of(env: EnvSource) -> str:
+    """The env id of ``env``: an id as it is, a callable registered with gymnasium first."""
+    if isinstance(env, str):
+        return env
+    if not callable(env):
+        raise UserError(f"env must be an env id or a callable that returns a gymnasium env, got {env!r}")
+    return register_callable(env)
+
+
+def callable_env_id(make_env: Callable[[], gym.Env]) -> str:
+    """``acer_sync-callable/<module>.<qualified name>``, with characters gymnasium ids refuse replaced."""
+    module = getattr(make_env, "__module__", None) or "unknown"
+    name = getattr(make_env, "__qualname__", None) or type(make_env).__qualname__
+    return f"{CALLABLE_NAMESPACE}/" + re.sub(r"[^\w.-]", "-", f"{module}.{name}")
+
+
+def is_callable_env(env_id: str) -> bool:
+    """Whether ``env_id`` names an env callable (see :func:`register_callable`)."""
+    return env_id.startswith(CALLABLE_NAMESPACE + "/")
+
+
+def register_callable(make_env: Callable[[], gym.Env]) -> str:
+    """Register ``make_env`` with gymnasium (replacing an earlier callable of the same name) and
+    return its id; ``gym.make`` of that id, here or in a forked worker, calls ``make_env()``."""
+    env_id = callable_env_id(make_env)
+
+    def make(**kwargs) -> gym.Env:
+        if kwargs:
+            raise UserError(f"{env_id} is made by a callable without arguments; it cannot take {', '.join(kwargs)}")
+        env = make_env()
+        if not isinstance(env, gym.Env):
+            raise UserError(f"the env callable {env_id.split('/', 1)[1]} returned {type(env).__name__}, not a gymnasium env")
+        return env
+
+    gym.registry.pop(env_id, None)
+    gym.register(env_id, entry_point=make)
+    return env_id
+
+
+def default_run_dir(config: Config) -> Path:
+    name = config.env.replace("/", "-").replace(":", "-")
+    return Path("runs") / f"{name}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def refuse_traversal(path: Path, flag: str) -> None:
+    if ".." in path.parts:
+        raise UserError(f"{flag} {path} contains '..'; give the run directory without parent references")
+
+
+def prepare_run_dir(run_dir: Path) -> list[Path]:
+    """Make ``run_dir`` and check that it is writable and holds no run; returns the directories
+    it made, innermost first (removed again if the run cannot start)."""
+    refuse_traversal(run_dir, "--run-dir")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} exists and is not a directory")
+    if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
+        raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick another --run-dir")
+    created = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        _remove_empty(created)
+        raise UserError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+    return created
+
+
+def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[Config, EnvInfo, dict]:
+    """The saved run's config with what a resume may change, its env and its checkpoint; a
+    UserError for settings that conflict with the run, or a checkpoint that does not fit."""
+    refuse_traversal(run_dir, "--resume")
+    if not run_dir.is_dir():
+        raise UserError(f"--resume {run_dir}: no such run directory")
+    payload = load_checkpoint(run_dir)
+    try:
+        saved = Config(**payload["config"])
+    except (KeyError, TypeError):
+        raise UserError(f"the checkpoint in {run_dir} carries no valid config") from None
+    overrides = dict(settings) if env is None else {**settings, "env": env_id_of(env)}
+    conflicts = [
+        f"--{name.replace('_', '-')} {value} (the run used {getattr(saved, name)})"
+        for name, value in overrides.items()
+        if name not in RESUMABLE_CHANGES and value != getattr(saved, name)
+    ]
+    if conflicts:
+        raise UserError("--resume conflicts with the saved config: " + "; ".join(conflicts))
+    config = dataclasses.replace(saved, **{name: value for name, value in overrides.items() if name in RESUMABLE_CHANGES})
+    if is_callable_env(config.env) and config.env not in gym.registry:
+        name = config.env.split("/", 1)[1]
+        raise UserError(
+            f"{run_dir} was trained on the env that the Python callable {name} makes; resume it from Python "
+            f"with acer_sync.train({name.rsplit('.', 1)[-1]}, resume={str(run_dir)!r})"
+        )
+    info = env_info(config.env, config.env_kwargs)
+    check_config(config, info)
+    expected = build_model(info, config).spec()
+    if payload["model_spec"] != expected or payload["env_id"] != config.env:
+        raise UserError(
+            f"the checkpoint in {run_dir} was made for {payload['env_id']} with network "
+            f"{payload['model_spec']}, not {config.env} with {expected}"
+        )
+    return config, info, payload
+
+
+def call_text(env: EnvSource | None, settings: dict) -> str:
+    """How ``config.json`` records a run started from Python: the call, e.g.
+    ``acer_sync.train('CartPole-v1', total_timesteps=20000)``."""
+    arguments = [] if env is None else [repr(env) if isinstance(env, str) else callable_env_id(env).split("/", 1)[1]]
+    arguments += [f"{name}={value!r}" for name, value in settings.items()]
+    return f"acer_sync.train({', '.join(arguments)})"
+
+
+def _plain(value):
+    """A numpy scalar as the Python number it holds (settings are checked by Python type)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove the directories a failed start made, innermost first, where they are still empty."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+

@@ -1,0 +1,232 @@
+"""All of a run's settings in one dataclass, the per-env presets, and their validation.
+
+Every field carries its help text in ``metadata["help"]``; ``train.py`` builds its flags from
+these fields, so the flags, ``--help``, ``config.json`` and the checkpoints cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+#: The values of ``--network``: the torsos.
+NETWORKS = ("auto", "mlp", "cnn", "lstm", "cnn_lstm")
+#: The values of ``--precision`` (:mod:`acer_sync.nets.precision`).
+PRECISIONS = ("fp32", "bf16")
+
+
+def _f(default, help: str, **metadata):
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+@dataclass
+class Config:
+    """Hyperparameters and run settings. Defaults are OpenAI Baselines' ``acer.learn()``."""
+
+    env: str = _f("PongNoFrameskip-v4", "gymnasium env id, or module:EnvId to import the module that registers it first (Atari ids get DeepMind preprocessing)")
+    env_kwargs: dict = field(default_factory=dict, metadata={"help": "keyword arguments for gym.make, in every env of the run: KEY=VALUE pairs, each value read as YAML (a number, true/false or a string); a config file gives a mapping"})
+    seed: int = _f(0, "seed for the envs, torch, and replay sampling")
+    total_timesteps: int = _f(10_000_000, "agent steps to train for (frames = 4x steps on Atari)")
+    num_envs: int = _f(16, "number of parallel envs N")
+    nsteps: int = _f(20, "steps per env per segment T (the Retrace horizon k)")
+    vec_env: str = _f("", "vector backend: ale (Atari default), subproc (gymnasium AsyncVectorEnv; the default of continuous control and of non-Atari runs without a preset's choice) or sync (the classic-control preset's)", choices=("", "ale", "subproc", "sync"))
+    device: str = _f("auto", "where the networks run: auto (cuda if available), cpu or cuda", choices=("auto", "cpu", "cuda"))
+    lr: float = _f(7e-4, "initial learning rate")
+    lr_schedule: str = _f("linear", "learning-rate schedule: linear (to 0 at total_timesteps) or constant", choices=("linear", "constant"))
+    rms_alpha: float = _f(0.99, "RMSProp decay of the squared-gradient average")
+    rms_eps: float = _f(1e-5, "RMSProp epsilon, added inside the square root as TF1/Baselines do")
+    gamma: float = _f(0.99, "discount factor, in (0, 1]")
+    q_coef: float = _f(0.5, "weight of the Q (critic) loss")
+    ent_coef: float = _f(0.01, "weight of the entropy bonus")
+    max_grad_norm: float = _f(10.0, "clip the global gradient norm to this")
+    c: float = _f(10.0, "importance-weight truncation c of the policy gradient (inf: no truncation)")
+    trust_region: bool = _f(True, "use the efficient trust region against the average policy")
+    delta: float = _f(1.0, "trust-region radius delta")
+    alpha: float = _f(0.99, "Polyak coefficient of the average policy network")
+    buffer_size: int = _f(50_000, "replay capacity in steps per env")
+    replay_ratio: float = _f(4.0, "mean of the Poisson number of off-policy updates per on-policy one")
+    replay_start: int = _f(10_000, "steps per env stored before replay begins")
+    threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
+    compile: bool = _f(False, "compile the network's training forward pass with torch.compile (slower start, faster updates)")
+    precision: str = _f(
+        "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "
+        "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32; may change on --resume)",
+        choices=PRECISIONS,
+    )
+    hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
+    network: str = _f(
+        "auto", "the network's torso: auto (cnn for Atari frames, mlp for vectors), mlp, cnn, lstm (MLP then an LSTM) "
+        "or cnn_lstm (Nature CNN then an LSTM)", choices=NETWORKS,
+    )
+    lstm_size: int = _f(128, "units of the LSTM (lstm and cnn_lstm networks)")
+    # stored is the default because it won on popgym-PositionOnlyCartPoleEasy-v0 (3 seeds each, 150k
+    # steps, README "Recurrent policies"): stored reached a 100-episode mean of 0.95 on 3 of 3 seeds,
+    # burn_in on 2 (earlier, at 42k and 47k, but its late mean was lower), zero on 1.
+    replay_state: str = _f(
+        "stored", "where a recurrent network's replay starts: stored (the state the acting network carried into the "
+        "segment), burn_in (off-policy only: the previous segment's stored state, unrolled through that segment "
+        "with the current weights) or zero (Baselines' way: the zero state)", choices=("stored", "burn_in", "zero"),
+    )
+    normalize_obs: bool = _f(False, "normalize vector observations with running mean and std (saved in checkpoints)")
+    reward_scale: float = _f(1.0, "multiply training rewards by this (logged returns stay raw)")
+    policy_std: float = _f(0.3, "continuous actions: initial sigma of the Gaussian policy, as a fraction of the Box's half-width")
+    sdn_samples: int = _f(5, "continuous actions: samples u_i ~ pi in the stochastic dueling network's baseline (n of eq. 13)")
+    log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
+    log_seconds: float = _f(30.0, "also write a progress row once this many wall-clock seconds passed since the last one, so a slow run shows progress early (0: by --log-interval only)")
+    checkpoint_every: int = _f(1_000_000, "agent steps between periodic checkpoints")
+    keep_checkpoints: int = _f(5, "periodic checkpoints to keep besides latest.pt (older ones are deleted)")
+    save_buffer: bool = _f(False, "also save the replay buffer with each checkpoint (checkpoints/buffer.npz), so a resume replays it")
+    max_nonfinite: int = _f(10, "stop after this many non-finite updates in a row (each is skipped)")
+    eval_every: int = _f(250_000, "agent steps between evaluations on full games in separate envs (0: never)")
+    eval_episodes: int = _f(10, "full games per evaluation")
+    eval_greedy: bool = _f(False, "evaluate with argmax actions instead of sampling from the policy")
+
+
+#: Presets by kind of env. A flag the user gives overrides its preset value.
+PRESETS: dict[str, dict] = {
+    # Baselines' Atari setup: ``acer.learn()``'s defaults (the dataclass defaults) with the
+    # constant learning rate of ``baselines/acer/defaults.py:atari()``, which its Atari10M
+    # benchmark curves were run with.
+    "atari": dict(lr_schedule="constant"),
+    # Classic control (CartPole-v1, Acrobot-v1, LunarLander-v3, ...): small MLP, small buffer,
+    # replay from early on, and a run length that solves CartPole-v1. One torch thread and the
+    # envs in the trainer's process: on the 2-core CPU CartPole ran at 4,727 steps/s so against
+    # 123 with the defaults (subproc, 2 threads) while two other processes shared the cores, and
+    # at 7,429 against 4,000 on the idle machine (README, Performance).
+    "classic": dict(
+        vec_env="sync",
+        threads=1,
+        total_timesteps=200_000,
+        num_envs=8,
+        lr=1e-3,
+        ent_coef=0.0,
+        buffer_size=5_000,
+        replay_start=500,
+        log_interval=10,
+        checkpoint_every=100_000,
+        eval_every=50_000,
+    ),
+    # Continuous control (MuJoCo, Pendulum-v1): the paper's §5 setup where it fits one process
+    # (c = 5, α = 0.995, replay of 5,000 steps per env; δ = 0.25 from its [0.1, 2] range), with
+    # observation normalization and a reward scale. k = 20 and replay ratio 8 instead of the
+    # paper's k = 50 with its 16 threads: measured faster on InvertedPendulum-v5 and Pendulum-v1,
+    # and δ = 0.25 learned Pendulum-v1 on every seed tried where δ = 1 failed on one (README).
+    # One torch thread: HalfCheetah-v5 ran at 1,167 steps/s with it and 75 with 2 threads while
+    # two other processes shared the 2 cores, and at 1,077 against 1,000 on the idle machine.
+    "continuous": dict(
+        threads=1,
+        total_timesteps=1_000_000,
+        num_envs=4,
+        nsteps=20,
+        lr=5e-4,
+        lr_schedule="constant",
+        ent_coef=0.0,
+        c=5.0,
+        delta=0.25,
+        alpha=0.995,
+        buffer_size=5_000,
+        replay_start=500,
+        replay_ratio=8.0,
+        hidden="64,64",
+        normalize_obs=True,
+        reward_scale=0.1,
+        log_interval=10,
+        checkpoint_every=100_000,
+        eval_every=50_000,
+    ),
+}
+
+
+def preset_name(atari: bool, continuous: bool = False) -> str:
+    if continuous:
+        return "continuous"
+    return "atari" if atari else "classic"
+
+
+def fields() -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(Config)
+
+
+def field_default(f: dataclasses.Field):
+    """A Config field's default value (a new one for fields with a default factory, such as env_kwargs)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def setting_defaults() -> dict:
+    """Every setting at its default: what a setting that a saved config lacks was, since a run (or a
+    sweep) recorded before the setting existed behaved as its default does."""
+    return {f.name: field_default(f) for f in fields()}
+
+
+def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:
+    """The preset for this kind of env, then the env's own tuned settings (``configs/envs/``),
+    then the user's ``overrides`` (non-None values) on top."""
+    values = dict(PRESETS[preset_name(atari, continuous)])
+    values.update(env_settings or {})
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Config(**values)
+
+
+def hidden_sizes(config: Config) -> tuple[int, ...]:
+    return tuple(int(size) for size in config.hidden.split(",") if size.strip())
+
+
+def validate(config: Config) -> list[str]:
+    """Every problem with ``config``, as one-line messages naming the flag (empty if none)."""
+    problems = []
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            problems.append(message)
+
+    for f in fields():
+        value = getattr(config, f.name)
+        if isinstance(value, float) and math.isnan(value):
+            problems.append(f"--{f.name.replace('_', '-')} is NaN")
+    need(
+        isinstance(config.env_kwargs, dict) and all(isinstance(key, str) for key in config.env_kwargs),
+        "--env-kwargs must map names to values, such as --env-kwargs max_episode_steps=200",
+    )
+    need(config.total_timesteps >= 1, "--total-timesteps must be >= 1")
+    need(config.num_envs >= 1, "--num-envs must be >= 1")
+    need(config.nsteps >= 1, "--nsteps must be >= 1")
+    need(math.isfinite(config.lr) and config.lr > 0, "--lr must be finite and > 0")
+    need(0 < config.gamma <= 1, "--gamma must be in (0, 1]")
+    need(0 <= config.rms_alpha < 1, "--rms-alpha must be in [0, 1)")
+    need(math.isfinite(config.rms_eps) and config.rms_eps > 0, "--rms-eps must be finite and > 0")
+    need(math.isfinite(config.q_coef) and config.q_coef >= 0, "--q-coef must be finite and >= 0")
+    need(math.isfinite(config.ent_coef) and config.ent_coef >= 0, "--ent-coef must be finite and >= 0")
+    need(config.max_grad_norm > 0, "--max-grad-norm must be > 0")
+    need(config.c >= 0, "--c must be >= 0")
+    need(math.isfinite(config.delta) and config.delta > 0, "--delta must be finite and > 0")
+    need(0 <= config.alpha < 1, "--alpha must be in [0, 1)")
+    need(math.isfinite(config.replay_ratio) and config.replay_ratio >= 0, "--replay-ratio must be finite and >= 0")
+    need(config.replay_start >= 0, "--replay-start must be >= 0")
+    need(
+        config.buffer_size >= config.nsteps,
+        f"--buffer-size ({config.buffer_size}) must hold at least one segment of --nsteps ({config.nsteps}) steps",
+    )
+    need(
+        config.replay_ratio == 0 or config.replay_start <= config.buffer_size,
+        f"--replay-start ({config.replay_start}) exceeds --buffer-size ({config.buffer_size}), so replay would never start",
+    )
+    need(config.log_interval >= 1, "--log-interval must be >= 1")
+    need(math.isfinite(config.log_seconds) and config.log_seconds >= 0, "--log-seconds must be finite and >= 0 (0: by --log-interval only)")
+    need(config.checkpoint_every >= 1, "--checkpoint-every must be >= 1")
+    need(config.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
+    need(config.max_nonfinite >= 1, "--max-nonfinite must be >= 1")
+    need(config.seed >= 0, "--seed must be >= 0")
+    need(config.threads >= 0, "--threads must be >= 0 (0: torch's default)")
+    need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
+    need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")
+    need(math.isfinite(config.reward_scale) and config.reward_scale > 0, "--reward-scale must be finite and > 0")
+    need(math.isfinite(config.policy_std) and config.policy_std > 0, "--policy-std must be finite and > 0")
+    need(config.sdn_samples >= 1, "--sdn-samples must be >= 1")
+    need(config.lstm_size >= 1, "--lstm-size must be >= 1")
+    try:
+        sizes = hidden_sizes(config)
+        need(len(sizes) > 0 and all(s >= 1 for s in sizes), "--hidden must list positive layer sizes, e.g. 64,64")
+    except ValueError:
+        problems.append(f"--hidden must be comma-separated integers, got {config.hidden!r}")
+    return problems

@@ -1,0 +1,106 @@
+"""How the scripts end: every exit code, and every ``prog: error: ...`` line, in one place.
+
+The library raises :class:`UserError` for bad input and returns an
+:class:`~acer_sync.base.outcome.Outcome` from a run; it never exits and never prints an error line.
+The scripts (``train.py``, ``play.py``, ``sweep.py``, ...) run their ``main`` under
+:func:`run_cli`, which turns a :class:`UserError` into one line and exit code 2, and a run's
+outcome into its exit code and line with :func:`exit_code`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Callable
+
+from acer_sync.base.outcome import Outcome, Stop
+from atari.errors import UserError
+
+__all__ = [
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "STOP_SIGNALLED", "UserError", "exit_code",
+    "print_error", "run_cli",
+]
+
+#: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
+EXIT_TRIAL_FAILED = 1
+#: Bad input: flags, env id, files, settings.
+EXIT_USER_ERROR = 2
+#: After SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a checkpoint
+#: first; a second SIGINT exits at once and keeps the previous checkpoint.
+EXIT_INTERRUPTED = 130
+
+#: Set by the first SIGINT or SIGTERM that asks this process to stop: the Trainer's (it saves a
+#: checkpoint and returns) or one that reached :func:`run_cli`'s handler (a KeyboardInterrupt in
+#: whatever else ``main`` was doing). From then on, a Ctrl-C that reaches run_cli's handler exits 130
+#: at once: what is left is clean-up, where a KeyboardInterrupt would land in a finalizer and print
+#: a traceback.
+STOP_SIGNALLED = threading.Event()
+
+#: The exit code of a script whose run ended so.
+EXIT_CODES: dict[Stop, int] = {
+    Stop.FINISHED: 0,
+    Stop.INTERRUPTED: EXIT_INTERRUPTED,
+    Stop.ENV_DIED: 3,  # a checkpoint was written first
+    Stop.NONFINITE: 4,  # the last good checkpoint is kept
+    Stop.CALLBACK: 0,  # a callback stopped it (--stop-at-reward reached): a checkpoint was written
+    Stop.CALLBACK_FAILED: 1,  # a user's callback raised (the library raises it on; no script returns this)
+}
+
+
+def print_error(prog: str, message: str) -> None:
+    """The one form of an error line: ``prog: error: message`` on stderr."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+
+
+def exit_code(outcome: Outcome, prog: str) -> int:
+    """The exit code of ``outcome``, after printing its error line, if it has one."""
+    if outcome.error:
+        print_error(prog, outcome.error)
+    return EXIT_CODES[outcome.stop]
+
+
+def run_cli(main: Callable[[], int | None], prog: str) -> None:
+    """Run ``main``; a :class:`UserError` becomes ``prog: error: message`` and exit 2, and a
+    Ctrl-C that ``main`` did not handle itself becomes one line and exit 130, never a traceback.
+
+    The Trainer handles SIGINT itself while it trains, and gives the handler back when it returns.
+    run_cli's handler covers the rest of the process's life, the Trainer's teardown included (env
+    workers' finalizers run when the Trainer is freed): see :func:`_interrupt`."""
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        code = main()
+    except UserError as error:
+        print_error(prog, str(error))
+        sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED:
+        STOP_SIGNALLED.set()
+        signal.signal(signal.SIGINT, _interrupt)  # main may have put in its own (sweep.py gives Tune its)
+    sys.exit(code or 0)
+
+
+def _interrupt(signum, frame) -> None:
+    """run_cli's SIGINT handler. A first Ctrl-C is a KeyboardInterrupt, so that what ``main`` was
+    doing unwinds and cleans up. Once the process is stopping (:data:`STOP_SIGNALLED`), a Ctrl-C
+    exits 130 there and then: the checkpoint is saved, and what is left is teardown (finalizers
+    closing env pipes, atexit), where a KeyboardInterrupt would print a traceback from inside a
+    finalizer instead of stopping anything. In Python's last step, after atexit, the handler is
+    SIG_DFL again, and a Ctrl-C there ends the process by SIGINT (which shells show as 130 too)."""
+    if STOP_SIGNALLED.is_set():
+        _exit_at_once()
+    STOP_SIGNALLED.set()
+    raise KeyboardInterrupt
+
+
+def _exit_at_once() -> None:
+    """Flush what was printed and exit 130 without running finalizers or atexit."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)

@@ -1,0 +1,47 @@
+"""The library's messages: Python's :mod:`logging`, on the logger ``acer_sync``.
+
+The library never prints. What a run says (the run directory, the replay buffer's size, resuming,
+saving at a signal) is logged at INFO, a warning (bf16 without native support) at WARNING.
+:func:`console` shows them while a run lasts as the scripts always showed them: INFO lines on
+standard output, warnings and errors on standard error, the message alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+
+log = logging.getLogger("acer_sync")
+
+
+class ConsoleHandler(logging.Handler):
+    """INFO to ``sys.stdout``, WARNING and above to ``sys.stderr``, as they are when a record comes
+    (a sweep trial's stdout is a stream that puts its name before each line), the message alone."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
+        try:
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:  # a closed or broken stream must not stop the run
+            self.handleError(record)
+
+
+@contextmanager
+def console(verbose: int):
+    """While the block runs, show the library's messages: ``verbose`` 1 (or more) shows INFO and
+    above, 0 errors only. Where the program gave the ``acer_sync`` logger a handler of its own,
+    it is left to that handler; ``verbose`` sets only the level."""
+    level = logging.INFO if verbose >= 1 else logging.ERROR
+    before = log.level
+    handler = None if log.handlers else ConsoleHandler()
+    log.setLevel(level)
+    if handler is not None:
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            log.removeHandler(handler)
+        log.setLevel(before)

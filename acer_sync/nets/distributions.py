@@ -1,0 +1,126 @@
+"""The policy's distribution behind one small interface: categorical (discrete) or diagonal Gaussian.
+
+A distribution is described by its statistics φ, one tensor ``[..., stat_size]`` per state: the
+probability vector π for :class:`Categorical`, the concatenated mean and log σ for
+:class:`DiagGaussian`. The networks output φ, the Runner samples from it and stores it as the
+behaviour policy μ, the buffer keeps it, the losses take log-densities and the KL from it, and the
+trust region (Wang et al. 2017 eq. 12) acts on the gradient with respect to it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from acer_sync.math import losses
+
+
+class Categorical:
+    """π(·|x) over ``n`` actions; φ is the probability vector ``[..., n]``; actions are int64 ``[...]``."""
+
+    kind = "categorical"
+
+    def __init__(self, n: int):
+        self.n = n
+        self.stat_size = n
+        self.action_shape: tuple[int, ...] = ()
+        self.action_dtype = np.dtype(np.int64)
+
+    def sample(self, stats: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.multinomial(stats, 1, generator=generator).squeeze(-1)
+
+    def greedy(self, stats: torch.Tensor) -> torch.Tensor:
+        return stats.argmax(-1)
+
+    def log_prob(self, stats: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """log π(a|x), with the probabilities' ``PROB_EPS`` as in the losses."""
+        return torch.log(stats.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1) + losses.PROB_EPS)
+
+    def entropy(self, stats: torch.Tensor) -> torch.Tensor:
+        return losses.entropy(stats)
+
+    def kl(self, stats_avg: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+        return losses.kl_divergence(stats_avg, stats)
+
+    def kl_grad(self, stats_avg: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+        return losses.kl_grad(stats_avg, stats)
+
+    def forced_stats(self, actions: np.ndarray) -> np.ndarray:
+        """μ of actions played without the agent choosing them: one-hot on the action, ``[k, n]``."""
+        return np.eye(self.n, dtype=np.float32)[actions]
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        return np.asarray(actions, dtype=np.int64)
+
+
+class DiagGaussian:
+    """π(·|x) = N(m, diag σ²) over ``R^d``; φ = [m, log σ], ``[..., 2d]``; actions are float32 ``[..., d]``.
+
+    The sampled action, unclipped, is what is stored and trained on (its density is what μ and
+    π describe); :meth:`env_actions` clips it to the Box bounds only on its way to the env, so
+    the env sees the nearest valid action.
+
+    :param dim: d, the action dimension.
+    :param low: the Box's lower bounds, ``[d]``.
+    :param high: the Box's upper bounds, ``[d]``.
+    """
+
+    kind = "gaussian"
+
+    def __init__(self, dim: int, low, high):
+        self.dim = dim
+        self.stat_size = 2 * dim
+        self.action_shape = (dim,)
+        self.action_dtype = np.dtype(np.float32)
+        self.low = np.asarray(low, dtype=np.float32)
+        self.high = np.asarray(high, dtype=np.float32)
+
+    def split(self, stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, log_std)``, each ``[..., d]``."""
+        return stats[..., : self.dim], stats[..., self.dim :]
+
+    def sample(self, stats: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        mean, log_std = self.split(stats)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        return mean + log_std.exp() * noise
+
+    def greedy(self, stats: torch.Tensor) -> torch.Tensor:
+        return self.split(stats)[0]
+
+    def log_prob(self, stats: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.split(stats)
+        return losses.gaussian_log_prob(mean, log_std, actions)
+
+    def entropy(self, stats: torch.Tensor) -> torch.Tensor:
+        return losses.gaussian_entropy(self.split(stats)[1])
+
+    def kl(self, stats_avg: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+        return losses.gaussian_kl(*self.split(stats_avg), *self.split(stats))
+
+    def kl_grad(self, stats_avg: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+        return losses.gaussian_kl_grad(*self.split(stats_avg), *self.split(stats))
+
+    def forced_stats(self, actions: np.ndarray) -> np.ndarray:
+        raise ValueError("continuous actions are never forced")
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(actions, dtype=np.float32), self.low, self.high)
+
+
+Distribution = Categorical | DiagGaussian
+
+
+def distribution_for(info) -> Distribution:
+    """The distribution of an :class:`atari.envs.EnvInfo`'s action space."""
+    if info.continuous:
+        return DiagGaussian(info.n_actions, info.action_low, info.action_high)
+    return Categorical(info.n_actions)
+
+
+def distribution_of_spec(spec: dict) -> Distribution:
+    """The distribution a network of this :meth:`spec` outputs, for the update (which never needs
+    the Box bounds: it trains on the unclipped actions)."""
+    n = int(spec["n_actions"])
+    if spec["policy"] == "gaussian":
+        return DiagGaussian(n, [-np.inf] * n, [np.inf] * n)
+    return Categorical(n)

@@ -1,0 +1,369 @@
+"""The replay buffer: a per-env ring of ``nsteps`` segments that stores every frame once.
+
+What is stored is described once, by a table of :class:`Field` rows (:func:`buffer_fields`): a
+name, whether it is kept per frame, per step or per segment, its shape and its dtype. The Runner's
+:class:`Segment`, the buffer's arrays, :meth:`ReplayBuffer.bytes_needed`, ``state``/``load_state``,
+the :class:`Sample` and the device :class:`Batch` are all derived from that table. Layout
+(time-major, the env on the second axis):
+
+* Per frame (``frames``, ``firsts``): one row per agent step (the newest frame of that step's
+  observation, and whether it is the first of a training episode), in a ring of
+  ``nsegments·nsteps + stack`` slots indexed by global step ``g % frame_capacity``. The ``stack``
+  spare slots keep the bootstrap frame of the newest segment and the ``stack − 1`` frames before
+  the oldest one, so every stored segment can be rebuilt in full.
+* Per step (``actions``, ``mu``, ``rewards``, ``dones``, ``timeout_values``): one row per step in a
+  ring of ``nsegments·nsteps`` slots; segment ``j`` holds slots ``j·nsteps … (j+1)·nsteps − 1``.
+  Actions and μ are shaped by the policy's distribution (:mod:`acer_sync.nets.distributions`): an action
+  index and a probability vector for a categorical policy, an action vector and [mean, log σ] for a
+  Gaussian one. ``timeout_values[t]`` is V(final observation) where step t was cut by a time
+  limit, else 0.
+* Per segment (``state_h``, ``state_c`` for an LSTM): one row per stored segment, the recurrent
+  state the acting network carried into the segment's first step, so replay starts from it.
+
+Stacks are rebuilt when sampling (:func:`rebuild_stacks`), with frames from before an episode's
+first frame zeroed, exactly as :class:`atari.stacking.FrameStacker` builds them when acting. The
+cost per stored transition is one frame and its first flag plus ``4·A + 10`` bytes (categorical,
+feed-forward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple
+
+import numpy as np
+import torch
+
+from acer_sync.nets.distributions import Distribution
+
+FRAME, STEP, SEGMENT = "frame", "step", "segment"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One stored array: ``per`` is ``FRAME``, ``STEP`` or ``SEGMENT``; ``shape`` is one env's row.
+
+    ``device_dtype`` is what the update receives (None: as stored).
+    """
+
+    name: str
+    per: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    device_dtype: torch.dtype | None = None
+
+
+#: The saved buffer's format (``buffer.npz``'s ``format`` array); files without one are format 1.
+BUFFER_FORMAT = 2
+
+
+def migrate_buffer(arrays) -> dict[str, np.ndarray]:
+    """A saved buffer's arrays of any earlier format, in the current one: format 1's first files,
+    written before time limits were bootstrapped, lack ``timeout_values`` (zeros, as they behaved).
+    Format 2 adds ``format``. A ValueError for a format newer than this version's."""
+    arrays = {name: arrays[name] for name in arrays}
+    version = int(arrays.pop("format", 1))
+    if version > BUFFER_FORMAT:
+        raise ValueError(f"it has buffer format {version}, newer than this version's ({BUFFER_FORMAT})")
+    if "timeout_values" not in arrays and "dones" in arrays:
+        arrays["timeout_values"] = np.zeros(arrays["dones"].shape, dtype=np.float32)
+    return arrays
+
+
+def _stored_action_dtype(distribution: Distribution) -> np.dtype:
+    """uint8 indices for up to 256 discrete actions, else int64; float32 action vectors."""
+    if distribution.kind == "gaussian":
+        return np.dtype(np.float32)
+    return np.dtype(np.uint8) if distribution.n <= 256 else np.dtype(np.int64)
+
+
+def buffer_fields(
+    frame_shape: tuple[int, ...], frame_dtype: np.dtype, distribution: Distribution,
+    state_shapes: dict[str, tuple[int, ...]] | None = None,
+) -> tuple[Field, ...]:
+    """The table of what a run stores: frames, the step data, and the recurrent state if any.
+
+    :param state_shapes: the network's recurrent state, name → one env's shape (``{}`` for a
+        feed-forward network); each becomes a per-segment field ``state_<name>``.
+    """
+    gaussian = distribution.kind == "gaussian"
+    fields = [
+        Field("frames", FRAME, tuple(frame_shape), np.dtype(frame_dtype)),
+        Field("firsts", FRAME, (), np.dtype(bool)),
+        Field("actions", STEP, tuple(distribution.action_shape), _stored_action_dtype(distribution),
+              torch.float32 if gaussian else torch.int64),
+        Field("mu", STEP, (distribution.stat_size,), np.dtype(np.float32)),
+        Field("rewards", STEP, (), np.dtype(np.float32)),
+        Field("dones", STEP, (), np.dtype(bool), torch.float32),
+        Field("timeout_values", STEP, (), np.dtype(np.float32)),
+    ]
+    for name, shape in (state_shapes or {}).items():
+        fields.append(Field(f"state_{name}", SEGMENT, tuple(shape), np.dtype(np.float32)))
+    return tuple(fields)
+
+
+class Segment(NamedTuple):
+    """``nsteps`` steps of every env, numpy, time-major, one attribute per row of the field table
+    (:func:`buffer_fields`), the per-segment fields gathered in ``state``.
+
+    As the Runner records it: per-frame fields ``[T+1, N, ...]`` (row t belongs to observation t;
+    row T is the bootstrap observation), per-step fields ``[T, N, ...]`` (row t: the step taken
+    from observation t), ``state`` the recurrent state carried into observation 0, ``[N, ...]``
+    each (empty for a feed-forward network). As :meth:`ReplayBuffer.gather` returns it (a
+    :class:`Sample`), the per-frame fields cover observations ``-(stack−1) … T``.
+    """
+
+    frames: np.ndarray
+    firsts: np.ndarray
+    actions: np.ndarray
+    mu: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    timeout_values: np.ndarray
+    state: tuple[np.ndarray, ...] = ()
+
+
+class Sample(Segment):
+    """A :class:`Segment` gathered from the buffer: per-frame fields ``[T+stack, N, ...]``, over
+    observations ``-(stack−1) … T``, which :func:`rebuild_stacks` turns into ``[T+1, N, stack, ...]``."""
+
+    __slots__ = ()
+
+
+class Batch(NamedTuple):
+    """One update's data on the device (:func:`to_batch`): ``obs`` ``[T+1, N, stack, ...]`` (uint8
+    for frames) and ``firsts`` ``[T+1, N]`` go with observation t = 0..T, every per-step field
+    ``[T, N, ...]`` with the step from observation t, in its ``device_dtype``, and ``state``, the
+    per-segment state tensors ``[N, ...]`` in table order (empty for a feed-forward network)."""
+
+    obs: torch.Tensor
+    firsts: torch.Tensor
+    actions: torch.Tensor
+    mu: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    timeout_values: torch.Tensor
+    state: tuple[torch.Tensor, ...] = ()
+
+
+#: The per-frame and per-step fields every table has, in :class:`Segment`'s order.
+FIXED_FIELDS = Segment._fields[:-1]
+
+
+def field_array(record: Segment, field: Field, state_index: dict[str, int]) -> np.ndarray:
+    """``record``'s array of ``field``: an attribute, or for a per-segment field its place in ``state``."""
+    return record.state[state_index[field.name]] if field.per == SEGMENT else getattr(record, field.name)
+
+
+def state_indices(fields: Iterable[Field]) -> dict[str, int]:
+    """Each per-segment field's place in a record's ``state`` (the table's order)."""
+    return {f.name: i for i, f in enumerate(f for f in fields if f.per == SEGMENT)}
+
+
+def empty_segment(fields: Iterable[Field], nsteps: int, num_envs: int) -> Segment:
+    """Uninitialised arrays for one segment, shaped by ``fields``."""
+    rows = {FRAME: (nsteps + 1, num_envs), STEP: (nsteps, num_envs), SEGMENT: (num_envs,)}
+    arrays = {f.name: np.empty((*rows[f.per], *f.shape), dtype=f.dtype) for f in fields}
+    state = tuple(arrays[f.name] for f in fields if f.per == SEGMENT)
+    return Segment(**{name: arrays[name] for name in FIXED_FIELDS}, state=state)
+
+
+def rebuild_stacks(frames: torch.Tensor, firsts: torch.Tensor, stack: int) -> torch.Tensor:
+    """Frame stacks ``[T+1, N, stack, ...]`` from a window of single frames ``[T+stack, N, ...]``.
+
+    Observation t (t = 0..T) stacks window rows ``t … t+stack−1`` (oldest first). A frame is
+    zeroed when an episode starts after it and at or before the stack's newest frame, which is
+    what :class:`atari.stacking.FrameStacker` does when acting.
+    """
+    if frames.shape[:2] != firsts.shape:
+        raise ValueError(f"frames {tuple(frames.shape)} and firsts {tuple(firsts.shape)} disagree on [T+stack, N]")
+    n_obs = frames.shape[0] - stack + 1
+    if n_obs < 1:
+        raise ValueError(f"a window of {frames.shape[0]} frames is too short for stacks of {stack}")
+    episode_id = torch.cumsum(firsts.to(torch.int32), dim=0)  # [T+stack, N]
+    rows = torch.arange(n_obs, device=frames.device)[:, None] + torch.arange(stack, device=frames.device)[None, :]
+    stacked = frames[rows]  # [T+1, stack, N, ...]
+    ids = episode_id[rows]  # [T+1, stack, N]
+    same_episode = ids == ids[:, -1:]
+    mask = same_episode.reshape(*same_episode.shape, *([1] * (frames.dim() - 2)))
+    stacked = torch.where(mask, stacked, torch.zeros((), dtype=stacked.dtype, device=stacked.device))
+    return stacked.transpose(1, 2)
+
+
+class ReplayBuffer:
+    """Ring buffer of segments; see the module docstring for the layout.
+
+    :param fields: what is stored (:func:`buffer_fields`); must include ``frames`` and ``firsts``.
+    :param num_envs: N.
+    :param nsteps: T, the segment length.
+    :param size_per_env: capacity in steps per env; rounded down to whole segments.
+    :param stack: frames per observation.
+    """
+
+    def __init__(self, fields: Iterable[Field], num_envs: int, nsteps: int, size_per_env: int, stack: int):
+        self.fields = tuple(fields)
+        self.num_envs = num_envs
+        self.nsteps = nsteps
+        self.stack = stack
+        self.nsegments = size_per_env // nsteps
+        if self.nsegments < 1:
+            raise ValueError(f"a buffer of {size_per_env} steps per env holds no segment of {nsteps} steps")
+        self.step_capacity = self.nsegments * nsteps
+        self.frame_capacity = self.step_capacity + stack
+        rows = self._rows()
+        self.arrays = {f.name: np.zeros((rows[f.per], num_envs, *f.shape), dtype=f.dtype) for f in self.fields}
+        self.segment_start = np.zeros(self.nsegments, dtype=np.int64)  # global step of each segment
+        self.steps_written = 0
+        self.segments_stored = 0
+        self._env_index = np.arange(num_envs)
+        self._state_index = state_indices(self.fields)
+
+    def _rows(self) -> dict[str, int]:
+        return {FRAME: self.frame_capacity, STEP: self.step_capacity, SEGMENT: self.nsegments}
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """A stored array by its field name (``buffer.frames``)."""
+        arrays = self.__dict__.get("arrays", {})
+        if name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+    @staticmethod
+    def bytes_needed(fields: Iterable[Field], num_envs: int, nsteps: int, size_per_env: int, stack: int) -> int:
+        """Memory the arrays will take, computed before allocating anything."""
+        step_capacity = (size_per_env // nsteps) * nsteps
+        rows = {FRAME: step_capacity + stack, STEP: step_capacity, SEGMENT: size_per_env // nsteps}
+        return num_envs * sum(rows[f.per] * int(np.prod(f.shape)) * f.dtype.itemsize for f in fields)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+    @property
+    def num_steps_stored(self) -> int:
+        """Steps per env currently stored."""
+        return self.segments_stored * self.nsteps
+
+    def put(self, segment: Segment) -> None:
+        """Store one segment of all envs, overwriting the oldest when full."""
+        T, N = self.nsteps, self.num_envs
+        expected = {FRAME: (T + 1, N), STEP: (T, N), SEGMENT: (N,)}
+        for f in self.fields:
+            leading = field_array(segment, f, self._state_index).shape[: len(expected[f.per])]
+            if leading != expected[f.per]:
+                raise ValueError(f"segment {f.name} is {list(leading)}, the buffer expects {list(expected[f.per])}")
+        start = self.steps_written
+        index = (start // T) % self.nsegments
+        slots = {
+            FRAME: (start + np.arange(T + 1)) % self.frame_capacity,
+            STEP: slice(index * T, (index + 1) * T),
+            SEGMENT: index,
+        }
+        for f in self.fields:
+            self.arrays[f.name][slots[f.per]] = field_array(segment, f, self._state_index)
+        self.segment_start[index] = start
+        self.steps_written += T
+        self.segments_stored = min(self.segments_stored + 1, self.nsegments)
+
+    def gather(self, segment_index: np.ndarray) -> Sample:
+        """The window and step data of segment ``segment_index[n]`` (a ring index) for each env n."""
+        T = self.nsteps
+        start = self.segment_start[segment_index]  # [N]
+        window = start[None, :] + np.arange(-(self.stack - 1), T + 1)[:, None]  # [T+stack, N]
+        slots = {
+            FRAME: window % self.frame_capacity,
+            STEP: segment_index[None, :] * T + np.arange(T)[:, None],  # [T, N]
+            SEGMENT: segment_index,
+        }
+        env = {FRAME: self._env_index[None, :], STEP: self._env_index[None, :], SEGMENT: self._env_index}
+        arrays = {f.name: self.arrays[f.name][slots[f.per], env[f.per]] for f in self.fields}
+        # Global steps before 0 were never written; the first frame (a reset) masks them anyway.
+        arrays["firsts"][window == 0] = True
+        state = tuple(arrays[f.name] for f in self.fields if f.per == SEGMENT)
+        return Sample(**{name: arrays[name] for name in FIXED_FIELDS}, state=state)
+
+    def latest(self) -> Sample:
+        """The segment stored last, for every env (the on-policy batch)."""
+        if self.segments_stored == 0:
+            raise RuntimeError("the buffer is empty")
+        index = ((self.steps_written - self.nsteps) // self.nsteps) % self.nsegments
+        return self.gather(np.full(self.num_envs, index))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Everything needed to restore the buffer, as plain arrays (for ``np.savez``), with its format."""
+        arrays = dict(self.arrays)
+        arrays["segment_start"] = self.segment_start
+        arrays["counters"] = np.array([self.steps_written, self.segments_stored], dtype=np.int64)
+        arrays["format"] = np.array(BUFFER_FORMAT, dtype=np.int64)
+        return arrays
+
+    def load_state(self, arrays) -> None:
+        """Restore from :meth:`state`'s arrays of any format (:func:`migrate_buffer`), after a restart
+        of the envs.
+
+        The newest stored segment's last step is marked done: the restart cut its episode, and
+        the next segment's first frame (a fresh reset) takes the slot of its bootstrap frame.
+        Raises ValueError when the arrays do not fit this buffer's shapes or lack a field.
+        """
+        arrays = migrate_buffer(arrays)
+        targets = {f.name: self.arrays[f.name] for f in self.fields}
+        targets["segment_start"] = self.segment_start
+        for name, target in targets.items():
+            if name not in arrays:
+                raise ValueError(f"the saved buffer has no {name}")
+            if arrays[name].shape != target.shape or arrays[name].dtype != target.dtype:
+                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {target.shape} {target.dtype}")
+        for name, target in targets.items():
+            target[...] = arrays[name]
+        self.steps_written, self.segments_stored = (int(v) for v in arrays["counters"])
+        if self.segments_stored:
+            last_step = (self.steps_written - 1) % self.step_capacity
+            self.arrays["dones"][last_step] = True
+
+    def sample_indices(self, rng: np.random.Generator) -> np.ndarray:
+        """One uniformly chosen stored segment per env, as Baselines samples: ring indices ``[N]``."""
+        if self.segments_stored == 0:
+            raise RuntimeError("the buffer is empty")
+        return rng.integers(0, self.segments_stored, size=self.num_envs)
+
+    def sample(self, rng: np.random.Generator) -> Sample:
+        """The segments of :meth:`sample_indices`."""
+        return self.gather(self.sample_indices(rng))
+
+    def previous(self, segment_index: np.ndarray) -> tuple[Sample, np.ndarray]:
+        """The segment stored just before each of ``segment_index`` (same env), and ``[N]`` flags
+        saying where it is still stored in full (not where the segment is the oldest, or the first)."""
+        T = self.nsteps
+        previous_index = (segment_index - 1) % self.nsegments
+        starts = self.segment_start[segment_index]
+        available = (
+            (starts >= T)
+            & (self.segment_start[previous_index] == starts - T)
+            & (starts - T >= self.steps_written - self.num_steps_stored)
+        )
+        return self.gather(previous_index), available
+
+
+def to_batch(sample: Sample, fields: Iterable[Field], stack: int, device: torch.device) -> Batch:
+    """Move a buffer sample to ``device`` (frames stay uint8 in transit) and rebuild its stacks.
+
+    Each field arrives as its ``device_dtype``; per-segment fields form ``state`` in table order.
+    """
+    non_blocking = device.type == "cuda"
+
+    def move(array):
+        return torch.from_numpy(array).to(device, non_blocking=non_blocking)
+
+    fields = tuple(fields)
+    index = state_indices(fields)
+    firsts = move(sample.firsts)
+    moved = {}
+    for f in fields:
+        if f.per == FRAME:
+            continue
+        tensor = move(field_array(sample, f, index))
+        moved[f.name] = tensor if f.device_dtype is None else tensor.to(f.device_dtype)
+    return Batch(
+        obs=rebuild_stacks(move(sample.frames), firsts, stack), firsts=firsts[stack - 1 :],
+        **{name: moved[name] for name in FIXED_FIELDS[2:]}, state=tuple(moved[name] for name in index),
+    )

@@ -1,0 +1,130 @@
+"""The Actor: the one way of acting with a network, for training, evaluation and play.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from acer_sync.nets.distributions import Distribution, distribution_for
+from acer_sync.nets.networks import Network, State
+from acer_sync.nets.precision import NetworkPasses
+from atari.envs import EnvInfo
+from atari.episodes import LifeLossActions
+from atari.stacking import FrameStacker
+
+
+def choose_actions(
+    model: Network | NetworkPasses, distribution: Distribution, obs: torch.Tensor, state: State, first: torch.Tensor, greedy: bool,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, State]:
+    """One step of acting: ``(actions [N, ...], stats [N, stat_size], next state)``.
+
+    The network steps from ``state`` through the observations ``obs [N, ...]`` (resetting the
+    state where ``first``), and the actions are the distribution's mode with ``greedy``, else a
+    sample (with ``generator``). The :class:`Actor` and :meth:`acer_sync.api.policy.Policy.predict`
+    both act through this.
+    """
+    features, state = model.step(obs, state, first)
+    stats = model.policy_of(features)
+    actions = distribution.greedy(stats) if greedy else distribution.sample(stats, generator=generator)
+    return actions, stats, state
+
+
+class Actor:
+    """Chooses the actions of N envs and keeps what acting carries from step to step.
+
+    Per env it keeps the frame stack (:class:`FrameStacker`), the network's recurrent state, whether
+    the next observation starts an episode, and the actions Baselines plays after a lost life in a
+    FIRE game (:class:`LifeLossActions`), which override the sampled ones with a one-hot μ. The
+    recurrent state is reset to the network's initial state before an observation that starts an
+    episode, inside the network (``step``), exactly as ``unroll`` resets it when replaying. Frame
+    stacks are cleared at the same episode starts, so they equal what the buffer rebuilds.
+
+    Call :meth:`reset` with the first frames, then per step :meth:`act`, step the envs, and
+    :meth:`observe` the next frames.
+
+    :param model: the network (read only here).
+    :param info: the env's description.
+    :param num_envs: N.
+    :param device: where ``model`` lives; observations are sent there.
+    :param greedy: act with the distribution's mode (argmax, or the Gaussian's mean) instead of sampling.
+    :param generator: the random generator to sample with (None: torch's global one).
+    :param update_normalizer: update the network's running observation normalizer, if it has
+        one, with each observation before acting on it (training does; evaluation does not).
+    :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`); the
+        statistics μ it returns are float32 either way.
+    """
+
+    def __init__(
+        self, model: Network, info: EnvInfo, num_envs: int, device: torch.device, greedy: bool = False,
+        generator: torch.Generator | None = None, update_normalizer: bool = False, precision: str = "fp32",
+    ):
+        self.model = model
+        self.net = NetworkPasses(model, precision, device)
+        self.device = device
+        self.distribution = distribution_for(info)
+        self.greedy = greedy
+        self.generator = generator
+        self.normalizer = getattr(model, "normalizer", None) if update_normalizer else None
+        self.stacker = FrameStacker(num_envs, info.stack, info.frame_shape, info.frame_dtype)
+        self.life_loss_actions = LifeLossActions(num_envs, info.life_loss_actions)
+        self.num_envs = num_envs
+        self.state: State = model.initial_state(num_envs)
+        self.first = np.ones(num_envs, dtype=bool)
+
+    def reset(self, frames: np.ndarray) -> None:
+        """Start every env's episode at ``frames``."""
+        self.stacker.reset(frames)
+        self.life_loss_actions.reset()
+        self.state = self.model.initial_state(self.num_envs)
+        self.first = np.ones(self.num_envs, dtype=bool)
+
+    @property
+    def observation(self) -> np.ndarray:
+        """The current stacked observations ``[N, stack, ...]``."""
+        return self.stacker.stacked
+
+    @torch.inference_mode()
+    def act(self) -> tuple[np.ndarray, np.ndarray]:
+        """One action per env and the statistics μ it was chosen from: ``(actions [N, ...], mu [N, stat_size])``.
+
+        Advances the recurrent state through the current observations.
+        """
+        dist = self.distribution
+        obs = torch.from_numpy(self.stacker.stacked).to(self.device)
+        if self.normalizer is not None:
+            self.normalizer.update(obs)
+        first = torch.from_numpy(self.first).to(self.device)
+        actions, stats, self.state = choose_actions(self.net, dist, obs, self.state, first, self.greedy, self.generator)
+        actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
+        forced_envs, forced_actions = self.life_loss_actions.forced()
+        if len(forced_envs):
+            actions[forced_envs] = forced_actions
+            stats[forced_envs] = dist.forced_stats(forced_actions)
+        return actions, stats
+
+    @torch.inference_mode()
+    def final_values(self, final_frames: np.ndarray, cut: np.ndarray) -> np.ndarray:
+        """V of the final observations of the envs in ``cut`` (0 elsewhere), ``[N]``.
+
+        Call it after the env step and before :meth:`observe`: the final observation drops the
+        oldest frame of the current stack and appends the env's final frame, and it continues the
+        episode from the state :meth:`act` left.
+        """
+        values = np.zeros(self.num_envs, dtype=np.float32)
+        envs = np.flatnonzero(cut)
+        if len(envs):
+            stacked = self.stacker.stacked
+            final = np.concatenate([stacked[envs, 1:], final_frames[envs, None]], axis=1)
+            state = tuple(s[torch.from_numpy(envs).to(s.device)] for s in self.state)
+            not_first = torch.zeros(len(envs), dtype=torch.bool, device=self.device)
+            features, _ = self.net.step(torch.from_numpy(final).to(self.device), state, not_first)
+            values[envs] = self.net.value_of(features).float().cpu().numpy()
+        return values
+
+    def observe(self, frames: np.ndarray, episode_start: np.ndarray, life_lost: np.ndarray, game_over: np.ndarray) -> None:
+        """Take the envs' next frames; ``episode_start`` marks the envs whose next observation
+        starts an episode (stack cleared, state reset at the next :meth:`act`)."""
+        self.life_loss_actions.step(life_lost, game_over)
+        self.stacker.push(frames, episode_start)
+        self.first = np.array(episode_start, dtype=bool)

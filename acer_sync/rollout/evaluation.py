@@ -1,0 +1,74 @@
+"""Evaluation: full games with a fixed policy, no life-loss ends, raw scores."""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+import torch
+
+from acer_sync.nets.networks import Network
+from acer_sync.rollout.actor import Actor
+from atari.envs import VecEnv
+from atari.episodes import EpisodeTracker
+
+
+class EnvStep(NamedTuple):
+    """One vector step of :func:`evaluate`, for its ``on_step``: per env, ``[N]`` (actions ``[N, ...]``)."""
+
+    actions: np.ndarray  # what the env was given
+    forced: np.ndarray  # played after a lost life (LifeLossActions), not chosen by the agent
+    raw_rewards: np.ndarray
+    lives: np.ndarray
+    game_over: np.ndarray
+
+
+@torch.inference_mode()
+def evaluate(
+    model: Network,
+    env: VecEnv,
+    episodes: int,
+    device: torch.device,
+    greedy: bool = False,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    on_step: Callable[[EnvStep | None], None] | None = None,
+    precision: str = "fp32",
+) -> list[float]:
+    """Play ``episodes`` full games and return their raw scores.
+
+    Actions are sampled from π (with ``generator``, so evaluation leaves the training RNG alone),
+    or its mode with ``greedy`` (the argmax, or the Gaussian's mean), clipped to a Box's bounds,
+    by the same :class:`Actor` as training, so a FIRE game plays the same forced actions after a
+    lost life. Frame stacks and the recurrent state are reset only at a real game start, and
+    rewards are not clipped: this is the evaluation preprocessing, whatever the training used.
+    Each env plays a fixed share of the games, so short games are not favoured over long ones.
+    ``on_step`` runs after the reset (given None) and after every env step (given its
+    :class:`EnvStep`); play.py records video frames and logs the actions there.
+    ``precision`` is what the network's passes compute in (:mod:`acer_sync.nets.precision`).
+    """
+    n = env.num_envs
+    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+    played = np.zeros(n, dtype=np.int64)
+    scores: list[float] = []
+    tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
+    actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision)
+    frames, lives = env.reset(seed=seed)
+    tracker.reset(lives)
+    actor.reset(frames)
+    if on_step is not None:
+        on_step(None)
+    while len(scores) < episodes:
+        forced = actor.life_loss_actions.pending()  # before act(), which plays them
+        actions, _ = actor.act()
+        env_actions = actor.distribution.env_actions(actions)
+        frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
+        _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
+        actor.observe(frames, game_over, tracker.life_lost, game_over)
+        for env_index, score in tracker.finished:
+            if played[env_index] < quota[env_index]:
+                played[env_index] += 1
+                scores.append(score)
+        if on_step is not None:
+            on_step(EnvStep(env_actions, forced, raw_rewards, lives, game_over))
+    return scores

@@ -1,0 +1,91 @@
+"""The Runner: steps the vector env for ``nsteps`` with the current policy and returns a Segment."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from acer_sync.base.timing import PhaseTimer
+from acer_sync.nets.networks import Network
+from acer_sync.replay.buffer import Field, Segment, empty_segment
+from acer_sync.rollout.actor import Actor
+from atari.envs import VecEnv
+from atari.episodes import EpisodeTracker
+
+
+class Runner:
+    """Acts in N envs with π (through an :class:`Actor`) and records what the buffer stores.
+
+    The behaviour policy μ recorded for each step is the statistics of the distribution the
+    action was sampled from (:mod:`acer_sync.nets.distributions`): the full probability vector
+    π(·|x_t), or the Gaussian's mean and log σ. After a lost life in a FIRE game, the actions
+    Baselines plays without the agent are stored with a one-hot μ on that action. A Gaussian
+    action is stored as sampled; the env gets it clipped to the Box. The recurrent state the Actor
+    carries into a segment's first step is stored with the segment, so replay starts from it.
+
+    A step the env cut by a time limit (truncated, not terminated) is stored as done, with
+    ``timeout_values[t]`` = V(final observation) under the current network, so that Q^ret
+    bootstraps from it (:func:`acer_sync.math.losses.q_retrace`). Observations update the network's
+    running normalizer, if it has one, before it acts on them.
+
+    :param env: the vector env.
+    :param model: the online network (read only here).
+    :param device: where ``model`` lives; stacked uint8 frames are sent there to act.
+    :param nsteps: T.
+    :param tracker: the training view of episodes (life loss, reward clipping, raw scores).
+    :param fields: what a segment holds (:func:`acer_sync.replay.buffer.buffer_fields`).
+    :param timer: charges time to the ``acting`` and ``env`` phases (bench.py).
+    :param reward_scale: training rewards are multiplied by this (logged returns stay raw).
+    :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`).
+    """
+
+    def __init__(
+        self, env: VecEnv, model: Network, device: torch.device, nsteps: int, tracker: EpisodeTracker,
+        fields: Iterable[Field], timer: PhaseTimer | None = None, reward_scale: float = 1.0, precision: str = "fp32",
+    ):
+        self.timer = timer or PhaseTimer()
+        self.env = env
+        self.nsteps = nsteps
+        self.tracker = tracker
+        self.fields = tuple(fields)
+        self.reward_scale = reward_scale
+        self.actor = Actor(model, env.info, env.num_envs, device, update_normalizer=True, precision=precision)
+        self.frames: np.ndarray | None = None
+
+    def reset(self, seed: int | None) -> None:
+        frames, lives = self.env.reset(seed=seed)
+        self.tracker.reset(lives)
+        self.actor.reset(frames)
+        self.frames = frames
+
+    def run(self) -> Segment:
+        if self.frames is None:
+            raise RuntimeError("call reset() before run()")
+        T, N = self.nsteps, self.env.num_envs
+        actor, dist = self.actor, self.actor.distribution
+        segment = empty_segment(self.fields, T, N)
+        for array, tensor in zip(segment.state, actor.state, strict=True):
+            array[...] = tensor.float().cpu().numpy()
+        segment.timeout_values[...] = 0.0
+        for t in range(T):
+            segment.frames[t] = self.frames
+            segment.firsts[t] = actor.first
+            with self.timer("acting"):
+                segment.actions[t], segment.mu[t] = actor.act()
+            with self.timer("env"):
+                next_frames, raw_rewards, terminated, truncated, lives = self.env.step(dist.env_actions(segment.actions[t]))
+                segment.rewards[t], segment.dones[t], game_over = self.tracker.step(raw_rewards, terminated, truncated, lives)
+                if self.reward_scale != 1.0:
+                    segment.rewards[t] *= self.reward_scale
+            cut = truncated & ~terminated & self.env.final_mask
+            if cut.any():
+                with self.timer("acting"):
+                    segment.timeout_values[t] = actor.final_values(self.env.final_frames, cut)
+            with self.timer("env"):
+                actor.observe(next_frames, segment.dones[t], self.tracker.life_lost, game_over)
+            self.frames = next_frames
+        segment.frames[T] = self.frames
+        segment.firsts[T] = actor.first
+        return segment

@@ -1,0 +1,205 @@
+"""One sweep trial: the Ray Tune function trainable that runs one training (:func:`acer_sync.api.runs.run`)
+in its own process.
+
+The trial is a normal run in its run directory (``config.json``, ``progress.csv``, ``tb/``,
+``checkpoints/``), as ``train.py`` would write it. Each progress row goes to Tune through the
+Trainer's ``on_progress`` hook, and each checkpoint, through ``on_checkpoint``, as the step it
+saved (``checkpoint_timesteps``, a column of Tune's status table: what a lost node would cost).
+
+The checkpoint has one copy, in the run directory, which every node sees (sweep.py checks that
+before any trial starts). A trial that starts again, after its process or its node died or after
+the sweep was interrupted, resumes from the run directory's ``latest.pt`` on whichever node Tune
+gives it.
+
+When sweep.py is interrupted it sets the sweep's :class:`StopRequest`. Each trial waits on it in a
+thread and then asks its Trainer to stop: the Trainer finishes its iteration and saves a checkpoint,
+as ``train.py`` does on SIGINT. The trial tells the StopRequest it saved, and waits for Tune to end
+its process, since a trial that returned would count as finished; sweep.py lets Tune stop the
+trials only once every training trial has saved.
+
+What the trial prints (one line per event: the process and node it runs on, the replay buffer's
+size, "resuming at step N", saving at a stop) goes out with a ``[trial NAME]`` prefix, which
+sweep.py prints on its terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray import tune
+
+from acer_sync.api import runs as api
+from acer_sync.base.config import Config
+from acer_sync.base.errors import EXIT_CODES
+from acer_sync.base.outcome import Stop
+from acer_sync.training.checkpoint import LATEST
+from acer_sync.training.trainer import RESUMABLE_CHANGES, Trainer
+
+#: The start of each line a trial prints for sweep.py's terminal; the trial's name and "] " follow.
+LINE_PREFIX = "[trial "
+#: Why a trial's Trainer stops when sweep.py was interrupted (its "... received: saving" line).
+STOP_REASON = "sweep.py's SIGINT"
+
+
+class TrialFailed(RuntimeError):
+    """The Trainer stopped before the end of the run."""
+
+
+@dataclass(frozen=True)
+class DriverContext:
+    """What sweep.py gives every trial besides its settings (``tune.with_parameters``).
+
+    :param git_commit: the commit of the code sweep.py runs; the code shipped to a cluster's
+        nodes has no ``.git`` to ask.
+    :param stop_request: the name of the sweep's :class:`StopRequest` actor.
+    """
+
+    git_commit: str
+    stop_request: str
+
+
+@ray.remote(num_cpus=0)
+class StopRequest:
+    """Set once by sweep.py when it is interrupted; every trial waits on it (an async actor, so a
+    wait does not hold up the others or the ``set``).
+
+    Trials register while they train and say when they have saved at the stop, so that sweep.py
+    lets Tune stop them only then (:func:`acer_sync.sweeps.launch.request_stop`): a trial that reported a row
+    to Tune before it heard of the stop would otherwise be ended before it saved.
+    """
+
+    def __init__(self):
+        self.requested = asyncio.Event()
+        self.unsaved: set[str] = set()
+
+    async def wait(self) -> None:
+        await self.requested.wait()
+
+    async def set(self) -> None:
+        self.requested.set()
+
+    async def training(self, trial: str) -> None:
+        self.unsaved.add(trial)
+
+    async def done(self, trial: str) -> None:
+        """The trial saved at the stop, or stopped training for another reason."""
+        self.unsaved.discard(trial)
+
+    async def waiting_for(self) -> list[str]:
+        return sorted(self.unsaved)
+
+
+def wait_for_stop(stop_request: str, trainer: Trainer) -> None:
+    """Wait for the sweep's stop request (in a daemon thread), then ask the Trainer to stop."""
+    try:
+        ray.get(ray.get_actor(stop_request).wait.remote())
+    except (ray.exceptions.RayError, ValueError):
+        return  # sweep.py is gone without asking: Ray ends this process with it
+    trainer.request_stop(STOP_REASON)
+
+
+def discard_unsaved_start(run_dir: Path) -> None:
+    """Remove what an earlier start that died before its first checkpoint left: the trial starts
+    again from step 0, and its curve must not hold two runs."""
+    (run_dir / "progress.csv").unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "tb", ignore_errors=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # empty: it holds no checkpoint
+
+
+class PrefixedLines(io.TextIOBase):
+    """A text stream that writes each complete line to ``stream`` with ``prefix`` in front."""
+
+    def __init__(self, stream, prefix: str):
+        self.stream = stream
+        self.prefix = prefix
+        self.pending = ""
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            for line in lines:
+                self.stream.write(f"{self.prefix}{line}\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class TuneReporter:
+    """The Trainer's hooks: each progress row goes to Tune, and each checkpoint as the step it saved.
+
+    Once the trial is asked to stop, rows are no longer reported: Tune, which is stopping the
+    trial, may end the process as soon as it hears from it, and the save must come first.
+    """
+
+    def __init__(self):
+        self.last_row: dict = {}
+        self.trainer: Trainer | None = None
+
+    def on_progress(self, row: dict) -> None:
+        self.last_row = dict(row)
+        if not self.stopping():
+            tune.report(self.last_row)
+
+    def on_checkpoint(self, path: Path) -> None:
+        tune.report({**self.last_row, "checkpoint_timesteps": self.trainer.timesteps})
+
+    def stopping(self) -> bool:
+        return self.trainer is not None and self.trainer.stop_requested()
+
+
+def start_run(trial: dict) -> tuple[Config, Path]:
+    """The trial's Config and run directory, made ready: what a start that died before its first
+    checkpoint left is removed, so that the trial starts again from step 0 (and :func:`run_trial`'s
+    ``api.run`` writes its ``config.json`` with sweep.py's git commit)."""
+    config = Config(**trial["config"])
+    run_dir = Path(trial["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "checkpoints" / LATEST).is_file():
+        discard_unsaved_start(run_dir)
+    return config, run_dir
+
+
+def run_trial(tune_config: dict, driver: DriverContext) -> None:
+    """Tune's entry point: ``tune_config["trial"]`` holds the trial's ``name``, ``run_dir`` (absolute),
+    ``config`` (a Config as a dict) and ``sweep_file``."""
+    trial = tune_config["trial"]
+    sys.stdout = PrefixedLines(sys.__stdout__, f"{LINE_PREFIX}{trial['name']}] ")
+    node_id = ray.get_runtime_context().get_node_id()
+    print(f"running in process {os.getpid()} on node {ray.util.get_node_ip_address()} (node id {node_id[:12]})", flush=True)
+    config, run_dir = start_run(trial)
+    reporter = TuneReporter()
+    stop_request = ray.get_actor(driver.stop_request)
+
+    def on_start(trainer: Trainer) -> None:
+        reporter.trainer = trainer
+        ray.get(stop_request.training.remote(trial["name"]))
+        threading.Thread(target=wait_for_stop, args=(driver.stop_request, trainer), daemon=True).start()
+
+    hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint, on_start=on_start)
+    try:
+        if (run_dir / "checkpoints" / LATEST).is_file():
+            # The saved run, with what a resume may change (run length, device, threads, precision) from the sweep.
+            outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+        else:
+            settings = dataclasses.asdict(config)
+            command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
+            outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, commit=driver.git_commit, **hooks, **settings)
+    finally:
+        ray.get(stop_request.done.remote(trial["name"]))  # saved at a stop, or not training any more
+    if outcome.stop is Stop.INTERRUPTED and reporter.stopping():
+        threading.Event().wait()  # saved; Tune ends this process, as it stops every trial
+    if not outcome.finished:
+        reason = outcome.error or outcome.stop.value
+        raise TrialFailed(f"the trainer stopped with exit code {EXIT_CODES[outcome.stop]} ({reason})")

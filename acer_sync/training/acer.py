@@ -1,0 +1,226 @@
+"""One ACER update: the losses of Wang et al. 2017 on a batch, the trust region, and the step."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from acer_sync.base.config import Config
+from acer_sync.base.timing import PhaseTimer
+from acer_sync.math import losses
+from acer_sync.math.optim import RMSpropTF
+from acer_sync.nets.distributions import distribution_of_spec
+from acer_sync.nets.networks import Network, network_from_spec, polyak_update
+from acer_sync.nets.precision import NetworkPasses
+from acer_sync.replay.buffer import Batch
+
+
+class PolicyTerms(NamedTuple):
+    """What the two kinds of policy hand to the shared part of :meth:`ACER.update`."""
+
+    stats: torch.Tensor  # φ_θ(x_t), [T, N, stat_size], differentiable in the network
+    stats_param: torch.Tensor  # the same values as a leaf: ĝ^acer is taken with respect to it
+    gain_truncated: torch.Tensor  # [T, N], functions of stats_param
+    gain_correction: torch.Tensor  # [T, N]
+    loss_critic: torch.Tensor  # scalar, differentiable in the network
+    q_taken: torch.Tensor  # Q(x_t, a_t) or Q̃(x_t, a_t), [T, N], detached
+    q_ret: torch.Tensor  # [T, N]
+    rho_taken: torch.Tensor  # ρ_t(a_t), [T, N]
+
+
+def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1 − Var[target − prediction] / Var[target]: 1 is perfect, 0 no better than a constant."""
+    var_target = target.var()
+    return 1.0 - (target - prediction).var() / var_target.clamp_min(1e-12)
+
+
+#: The statistics :meth:`ACER.update` returns, in the order progress.csv lists them.
+UPDATE_STATS = (
+    "loss_policy", "loss_f", "loss_bc", "loss_q", "entropy", "explained_variance", "grad_norm", "kl_avg",
+    "rho_mean", "rho_clipped_frac", "avg_norm_k", "avg_norm_g", "avg_norm_k_dot_g", "avg_norm_adj",
+    "tr_active_frac", "nonfinite",
+)
+
+
+class ACER:
+    """The online network, the average network, the optimizer, and the update rule.
+
+    One update serves every kind of policy and network: only how the gains and the critic's loss
+    are formed differs between the distributions (:meth:`_categorical_terms`,
+    :meth:`_gaussian_terms`, chosen once here); the networks, feed-forward or recurrent, are
+    unrolled through their one interface (:mod:`acer_sync.nets.networks`) from the batch's stored
+    state, and the trust region, the step and the Polyak average are shared. Both networks run
+    their passes through :class:`acer_sync.nets.precision.NetworkPasses`, in ``config.precision``,
+    and hand the math float32 results: everything after the heads is float32.
+
+    :param model: the online actor-critic θ.
+    :param config: the run's settings (gamma, c, trust region, coefficients, ...).
+    :param timer: charges the Polyak update to the ``average_update`` phase (bench.py).
+    """
+
+    def __init__(self, model: Network, config: Config, timer: PhaseTimer | None = None):
+        self.config = config
+        self.timer = timer or PhaseTimer()
+        self.model = model
+        self.distribution = distribution_of_spec(model.spec())
+        device = next(model.parameters()).device
+        self.average_model = network_from_spec(model.spec()).to(device)
+        self.average_model.load_state_dict(model.state_dict())
+        self.average_model.requires_grad_(False)
+        self.net = NetworkPasses(model, config.precision, device)
+        self.average_net = NetworkPasses(self.average_model, config.precision, device)
+        self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
+        self.nonfinite_updates = 0
+        self.nonfinite_streak = 0  # non-finite updates in a row
+        self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
+
+    def _categorical_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
+        """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions.
+
+        ``features`` are the network's, unrolled over observations 0..T, ``[(T+1)·N, ...]``.
+        """
+        cfg = self.config
+        T, N = batch.rewards.shape
+        pi_all, q_all = self.net.heads(features)
+        pi_all = pi_all.reshape(T + 1, N, -1)
+        q_all = q_all.reshape(T + 1, N, -1)
+        with torch.no_grad():
+            values_all = (pi_all * q_all).sum(-1)  # V(x_t) for t = 0..T
+        pi, q = pi_all[:-1], q_all[:-1]
+        values = values_all[:-1]
+
+        actions = batch.actions.unsqueeze(-1)
+        q_taken = q.gather(-1, actions).squeeze(-1)
+        rho = losses.importance_weights(pi.detach(), batch.mu)
+        rho_taken = rho.gather(-1, actions).squeeze(-1)
+        q_ret = losses.q_retrace(
+            batch.rewards, batch.dones, q_taken.detach(), values_all, rho_taken, cfg.gamma,
+            timeout_values=batch.timeout_values,
+        )
+        pi_stat = pi.detach().requires_grad_(True)
+        gain_truncated, gain_correction = losses.acer_policy_gain(
+            pi_stat, q, values, q_ret, rho, batch.actions, cfg.c
+        )
+        loss_q = 0.5 * (q_ret - q_taken).pow(2).mean()
+        return PolicyTerms(pi, pi_stat, gain_truncated, gain_correction, loss_q, q_taken.detach(), q_ret, rho_taken)
+
+    def _gaussian_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
+        """§5 and Algorithm 3: the SDN's Q̃ (eq. 13) with n samples u_i ~ π, Q^ret with
+        ρ̄ = min{1, ρ^(1/d)}, Q^opc in the policy gradient, eq. (14) with one a' ~ π, and the
+        critic's loss ½(Q^ret − Q̃)² + ½(V^target − V)²."""
+        cfg, dist = self.config, self.distribution
+        T, N = batch.rewards.shape
+        n = cfg.sdn_samples
+        stats_all = self.net.policy_of(features).reshape(T + 1, N, -1)
+        values_all = self.net.value_of(features).reshape(T + 1, N)
+        stats, values = stats_all[:-1], values_all[:-1]
+
+        with torch.no_grad():
+            # n samples u_i for the SDN's baseline and one a' for the bias correction, per step.
+            drawn = dist.sample(stats.detach().unsqueeze(2).expand(T, N, n + 1, dist.stat_size))
+        a_prime = drawn[:, :, n]
+        candidates = torch.cat([batch.actions.unsqueeze(2), drawn], dim=2)  # [T, N, n+2, d]: a_t, u_1..u_n, a'
+        advantage = self.net.advantage_of(features[: T * N], candidates.reshape(T * N, n + 2, -1)).reshape(T, N, n + 2)
+        advantage_u = advantage[:, :, 1 : n + 1]
+        q_taken = losses.sdn_q(values, advantage[:, :, 0], advantage_u)
+        q_prime = losses.sdn_q(values, advantage[:, :, n + 1], advantage_u)
+
+        stats_param = stats.detach().requires_grad_(True)
+        log_pi_taken = dist.log_prob(stats_param, batch.actions)
+        log_pi_prime = dist.log_prob(stats_param, a_prime)
+        log_rho_taken = log_pi_taken.detach() - dist.log_prob(batch.mu, batch.actions)
+        log_rho_prime = log_pi_prime.detach() - dist.log_prob(batch.mu, a_prime)
+
+        rho_bar = losses.retrace_weight_continuous(log_rho_taken, dist.dim)
+        values_target_all = values_all.detach()
+        q_ret = losses.q_retrace(
+            batch.rewards, batch.dones, q_taken.detach(), values_target_all, rho_bar, cfg.gamma,
+            timeout_values=batch.timeout_values,
+        )
+        q_opc = losses.q_retrace(
+            batch.rewards, batch.dones, q_taken.detach(), values_target_all, torch.ones_like(rho_bar), cfg.gamma,
+            timeout_values=batch.timeout_values,
+        )
+        gain_truncated, gain_correction = losses.gaussian_policy_gain(
+            log_pi_taken, log_pi_prime, log_rho_taken, log_rho_prime, q_opc, q_prime, values, cfg.c
+        )
+        v_target = losses.value_target(log_rho_taken, q_ret, q_taken, values)
+        loss_critic = 0.5 * (q_ret - q_taken).pow(2).mean() + 0.5 * (v_target - values).pow(2).mean()
+        return PolicyTerms(
+            stats, stats_param, gain_truncated, gain_correction, loss_critic, q_taken.detach(), q_ret,
+            torch.exp(log_rho_taken),
+        )
+
+    def update(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch`` at learning rate ``lr``; returns detached statistics.
+
+        The policy gradient is formed with respect to the policy's statistics φ (the probability
+        vector π, or the Gaussian's mean and log σ; eq. 10 and 14), adjusted there by the trust
+        region (eq. 12), and only then sent back through the network, so one backward pass
+        serves the policy and the critic (eq. 6). If the gradient is not finite the step is
+        skipped and ``nonfinite`` is 1.
+        """
+        cfg, dist = self.config, self.distribution
+        T, N = batch.actions.shape[:2]
+        if batch.obs.shape[:2] != (T + 1, N) or batch.firsts.shape != (T + 1, N):
+            raise ValueError(
+                f"obs and firsts must be [T+1, N, ...] = {(T + 1, N)}, got {tuple(batch.obs.shape[:2])} "
+                f"and {tuple(batch.firsts.shape)}"
+            )
+
+        features, _ = self.net.unroll(batch.obs, batch.firsts, batch.state)  # observations 0..T
+        terms = self._policy_terms(batch, features)
+        with torch.no_grad():
+            # The average network unrolls from the same stored state, over observations 0..T−1.
+            features_avg, _ = self.average_net.unroll(batch.obs[:T], batch.firsts[:T], batch.state)
+            stats_avg = self.average_net.policy_of(features_avg).reshape(T, N, -1)
+
+        # ĝ^acer with respect to the statistics φ, one row per sample.
+        entropy = dist.entropy(terms.stats_param)
+        objective = (terms.gain_truncated + terms.gain_correction + cfg.ent_coef * entropy).sum()
+        (g,) = torch.autograd.grad(objective, terms.stats_param)
+        stats_now = terms.stats.detach()
+        k = dist.kl_grad(stats_avg, stats_now)
+        z = losses.trust_region_adjust(g, k, cfg.delta) if cfg.trust_region else g
+
+        loss_policy_surrogate = -(terms.stats * z).sum() / (T * N)
+        loss = loss_policy_surrogate + cfg.q_coef * terms.loss_critic
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
+        if finite:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
+            with self.timer("average_update"):
+                polyak_update(self.average_model, self.model, cfg.alpha)
+            self.nonfinite_streak = 0
+        else:
+            self.nonfinite_updates += 1
+            self.nonfinite_streak += 1
+
+        with torch.no_grad():
+            k_dot_g = (k * g).sum(-1)
+            gain_truncated, gain_correction = terms.gain_truncated, terms.gain_correction
+            return {
+                "loss_policy": -(gain_truncated + gain_correction).mean(),
+                "loss_f": -gain_truncated.mean(),
+                "loss_bc": -gain_correction.mean(),
+                "loss_q": terms.loss_critic.detach(),
+                "entropy": entropy.mean(),
+                "explained_variance": explained_variance(terms.q_taken, terms.q_ret),
+                "grad_norm": grad_norm,
+                "kl_avg": dist.kl(stats_avg, stats_now).mean(),
+                "rho_mean": terms.rho_taken.mean(),
+                "rho_clipped_frac": (terms.rho_taken > cfg.c).float().mean(),
+                "avg_norm_k": k.norm(dim=-1).mean(),
+                "avg_norm_g": g.norm(dim=-1).mean(),
+                "avg_norm_k_dot_g": k_dot_g.abs().mean(),
+                "avg_norm_adj": (g - z).norm(dim=-1).mean(),
+                "tr_active_frac": (k_dot_g > cfg.delta).float().mean(),
+                "nonfinite": torch.tensor(0.0 if finite else 1.0),
+            }

@@ -1,0 +1,354 @@
+"""Callbacks: what happens around the iteration, the built-in parts and the user's alike.
+
+Stable-Baselines3's semantics, on one interface (:class:`Callback`): ``on_training_start`` once
+before the first iteration, ``on_rollout_end`` once an iteration (after its segment was collected
+and learned from), ``on_training_end`` once with the run's :class:`~acer_sync.base.outcome.Outcome`.
+A hook that returns ``False`` stops the run cleanly: the iteration ends, a checkpoint is saved, and
+the outcome says which callback stopped it (:attr:`Callback.stop_message`).
+
+``on_rollout_end`` gets the iteration's progress row as a dict, empty when no row is written this
+iteration. The built-ins run first, in this order, so that the user's callbacks see a full row:
+
+* :class:`EvalCallback` plays ``eval_episodes`` full games every ``eval_every`` steps, puts the
+  ``eval_*`` columns in the row and keeps ``checkpoints/best.pt`` at the best evaluation mean;
+* :class:`ProgressCallback` fills and writes the row (``progress.csv``, TensorBoard) every
+  ``log_interval`` iterations, after ``log_seconds``, at the end and with every evaluation;
+* :class:`ProgressBar` (tqdm);
+* :class:`CheckpointCallback` writes a checkpoint every ``checkpoint_every`` steps and at the end.
+
+An exception raised in a user's callback saves a checkpoint, then propagates.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from acer_sync.base.config import Config
+from acer_sync.base.log import log
+from acer_sync.base.outcome import Outcome, Stop
+from acer_sync.rollout.evaluation import evaluate
+from acer_sync.training.checkpoint import BEST, LATEST, save_buffer, save_checkpoint, trainer_payload
+from acer_sync.training.logger import Logger
+from acer_sync.training.progress import progress_row
+from atari.envs import VecEnv
+
+
+class Callback:
+    """A hook into the run; override what you need. Each hook gets the
+    :class:`~acer_sync.training.trainer.Trainer` (``trainer.timesteps``, ``trainer.model``,
+    ``trainer.tracker``, ...). Return ``False`` from ``on_training_start`` or ``on_rollout_end``
+    to stop the run (after saving a checkpoint); set :attr:`stop_message` to say why."""
+
+    #: Why this callback stopped the run, for the outcome and the log (default: its class name).
+    stop_message: str = ""
+
+    def on_training_start(self, trainer) -> bool | None:
+        return None
+
+    def on_rollout_end(self, trainer, row: dict) -> bool | None:
+        """Once an iteration; ``row`` is this iteration's progress row, empty when none is written."""
+        return None
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        return None
+
+    def state(self) -> dict:
+        """What the checkpoint keeps of this callback (numbers, strings, lists and dicts)."""
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        """Take back what :meth:`state` returned, on resume."""
+
+
+class CallbackFailed(Exception):
+    """A user's callback raised ``error``; the Trainer saves a checkpoint, then raises ``error``."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+class CallbackList:
+    """The run's callbacks, in the order they run. Exceptions from those in ``user`` (the user's own,
+    and the ``on_progress`` shorthand) are wrapped in :class:`CallbackFailed`; a built-in one's
+    propagate as they are. A hook returns the first callback that asked to stop, or None."""
+
+    def __init__(self, callbacks: Iterable[Callback] = (), user: Iterable[Callback] = ()):
+        self.callbacks = list(callbacks)
+        self.user = list(user)
+        for callback in self.callbacks:
+            if not isinstance(callback, Callback):
+                raise TypeError(f"callbacks must be acer_sync.Callback instances, got {type(callback).__name__}")
+
+    def _each(self, hook: str, *args) -> Callback | None:
+        stopper = None
+        for callback in self.callbacks:
+            try:
+                result = getattr(callback, hook)(*args)
+            except Exception as error:
+                if not any(callback is user for user in self.user):
+                    raise
+                raise CallbackFailed(error) from error
+            if result is False and stopper is None:
+                stopper = callback
+        return stopper
+
+    def on_training_start(self, trainer) -> Callback | None:
+        return self._each("on_training_start", trainer)
+
+    def on_rollout_end(self, trainer) -> Callback | None:
+        return self._each("on_rollout_end", trainer, {})
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        """Every callback's ``on_training_end``, in order (the built-ins first: the checkpoint is
+        saved before a user's callback runs); the first exception is raised after all have run."""
+        failure = None
+        for callback in self.callbacks:
+            try:
+                callback.on_training_end(trainer, outcome)
+            except Exception as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
+
+    def state(self) -> dict:
+        return {type(c).__name__: c.state() for c in self.callbacks if c.state()}
+
+    def load_state(self, states: dict) -> None:
+        for callback in self.callbacks:
+            if type(callback).__name__ in states:
+                callback.load_state(states[type(callback).__name__])
+
+
+def next_multiple(value: int, every: int) -> int:
+    """The first multiple of ``every`` above ``value``."""
+    return (value // every + 1) * every
+
+
+class CheckpointCallback(Callback):
+    """``checkpoints/latest.pt`` every ``checkpoint_every`` steps (with a ``step_*.pt`` copy, the
+    newest ``keep_checkpoints`` kept) and at the end, unless non-finite updates stopped the run (the
+    last good one stays); the replay buffer beside it with ``save_buffer``. ``on_checkpoint`` is
+    called with the path of ``latest.pt`` after each."""
+
+    def __init__(self, run_dir: Path, config: Config, on_checkpoint: Callable[[Path], None] | None = None):
+        self.directory = Path(run_dir) / "checkpoints"
+        self.config = config
+        self.on_checkpoint = on_checkpoint
+        self.directory.mkdir(exist_ok=True)
+        self.next_checkpoint = 0
+
+    def on_training_start(self, trainer) -> None:
+        self.next_checkpoint = next_multiple(trainer.timesteps, self.config.checkpoint_every)
+
+    def on_rollout_end(self, trainer, row: dict) -> None:
+        if trainer.timesteps >= self.next_checkpoint and trainer.agent.nonfinite_streak == 0:
+            # While updates are non-finite no checkpoint is written: the last good one stays.
+            self.save(trainer, periodic=True)
+            self.next_checkpoint += self.config.checkpoint_every
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        if outcome.stop is Stop.NONFINITE:
+            return
+        if outcome.stop is Stop.INTERRUPTED:
+            log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
+        self.save(trainer, periodic=False)
+
+    def save(self, trainer, periodic: bool) -> None:
+        """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if asked."""
+        payload = trainer_payload(trainer)
+        save_checkpoint(self.directory / LATEST, payload)
+        if periodic:
+            save_checkpoint(self.directory / f"step_{trainer.timesteps:010d}.pt", payload)
+            periodic_files = sorted(self.directory.glob("step_*.pt"))
+            for old in periodic_files[: max(0, len(periodic_files) - self.config.keep_checkpoints)]:
+                old.unlink()
+        if self.config.save_buffer:
+            save_buffer(self.directory, trainer.buffer)
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.directory / LATEST)
+
+    def save_best(self, trainer) -> None:
+        save_checkpoint(self.directory / BEST, trainer_payload(trainer))
+
+
+class EvalCallback(Callback):
+    """Every ``eval_every`` steps, ``eval_episodes`` full games in envs of their own, with the
+    evaluation preprocessing (no life-loss ends, raw scores) and a generator of their own (the
+    training's random numbers are untouched); the ``eval_*`` columns of that iteration's row. At a
+    new best mean, ``checkpoints/best.pt`` through ``checkpoints`` (the best mean survives a resume)."""
+
+    def __init__(self, config: Config, checkpoints: CheckpointCallback | None = None):
+        self.config = config
+        self.checkpoints = checkpoints
+        self.env: VecEnv | None = None
+        self.generator = None
+        self.next_eval = 0
+        self.best_mean = math.nan
+
+    def on_training_start(self, trainer) -> None:
+        self.generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 1)
+        self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
+
+    def on_rollout_end(self, trainer, row: dict) -> None:
+        if trainer.timesteps < self.next_eval:
+            return
+        row.update(self.evaluate(trainer))
+        self.next_eval += self.config.eval_every
+        if self.checkpoints is not None and not row["eval_mean"] <= self.best_mean:
+            self.best_mean = row["eval_mean"]
+            self.checkpoints.save_best(trainer)
+
+    def evaluate(self, trainer) -> dict[str, float]:
+        cfg = self.config
+        start = time.perf_counter()
+        if self.env is None:
+            self.env = VecEnv(trainer.info, min(cfg.eval_episodes, cfg.num_envs), trainer.env.backend, num_threads=cfg.threads)
+        scores = evaluate(
+            trainer.model, self.env, cfg.eval_episodes, trainer.device, greedy=cfg.eval_greedy,
+            seed=cfg.seed + 1_000_003 * (1 + trainer.timesteps // max(cfg.eval_every, 1)), generator=self.generator,
+            precision=cfg.precision,
+        )
+        return {
+            "eval_mean": float(np.mean(scores)),
+            "eval_std": float(np.std(scores)),
+            "eval_episodes": len(scores),
+            "eval_seconds": round(time.perf_counter() - start, 2),
+        }
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        if self.env is not None:
+            self.env.close()
+
+    def state(self) -> dict:
+        return {} if math.isnan(self.best_mean) else {"best_mean": self.best_mean}
+
+    def load_state(self, state: dict) -> None:
+        self.best_mean = float(state.get("best_mean", math.nan))
+
+
+class ProgressCallback(Callback):
+    """Writes the progress row to ``progress.csv`` and TensorBoard (:class:`~acer_sync.training.logger.Logger`)
+    every ``log_interval`` iterations, at the end, once ``log_seconds`` of wall time passed since
+    the last row (so a slow run's first row comes after ``log_seconds``), and with every
+    evaluation. ``fps`` counts training only: evaluation time is left out."""
+
+    def __init__(self, run_dir: Path, config: Config, resume_step: int | None = None):
+        self.run_dir = run_dir
+        self.config = config
+        self.resume_step = resume_step
+        self.logger: Logger | None = None
+        self.interval_start, self.interval_steps = time.perf_counter(), 0
+
+    def on_training_start(self, trainer) -> None:
+        self.logger = Logger(self.run_dir, resume_step=self.resume_step)
+        self._reset(trainer)
+
+    def _reset(self, trainer) -> None:
+        trainer.update_stats.reset()
+        self.interval_start, self.interval_steps = time.perf_counter(), 0
+
+    def on_rollout_end(self, trainer, row: dict) -> None:
+        self.interval_steps += trainer.steps_per_iteration
+        if not (row or self._due(trainer)):
+            return
+        elapsed = time.perf_counter() - self.interval_start - row.get("eval_seconds", 0.0)
+        full = progress_row(trainer, self.interval_steps / max(elapsed, 1e-9))
+        full.update(row)  # the evaluation's columns, in the row's order
+        row.clear()
+        row.update(full)
+        self.logger.log(row)
+        self._reset(trainer)
+
+    def _due(self, trainer) -> bool:
+        cfg = self.config
+        if trainer.iterations % cfg.log_interval == 0 or trainer.timesteps >= cfg.total_timesteps:
+            return True
+        return cfg.log_seconds > 0 and time.perf_counter() - self.interval_start >= cfg.log_seconds
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        if self.logger is not None:
+            self.logger.close()
+
+
+class ProgressBar(Callback):
+    """A tqdm bar of the steps, with the 100-episode mean and the episode count at each row."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.bar: tqdm | None = None
+
+    def on_training_start(self, trainer) -> None:
+        self.bar = tqdm(total=self.total, initial=trainer.timesteps, unit="step", dynamic_ncols=True)
+
+    def on_rollout_end(self, trainer, row: dict) -> None:
+        self.bar.update(trainer.steps_per_iteration)
+        if row:
+            self.bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class ProgressRows(Callback):
+    """Calls ``on_progress`` with each progress row, after it is written (``acer_sync.train``'s shorthand)."""
+
+    def __init__(self, on_progress: Callable[[dict], None]):
+        self.on_progress = on_progress
+
+    def on_rollout_end(self, trainer, row: dict) -> None:
+        if row:
+            self.on_progress(row)
+
+
+class StopTrainingOnReward(Callback):
+    """Stops the run once the mean return reaches ``threshold``: the evaluation mean where the run
+    evaluates (``eval_every`` > 0), else the training mean of the last 100 episodes (raw scores of
+    full games), once 100 have ended. Reaching it is a success: a checkpoint is saved and the
+    scripts exit 0."""
+
+    def __init__(self, threshold: float):
+        if not math.isfinite(threshold):
+            raise ValueError(f"the reward to stop at must be a finite number, got {threshold}")
+        self.threshold = float(threshold)
+
+    def on_rollout_end(self, trainer, row: dict) -> bool | None:
+        if trainer.config.eval_every:
+            if not row.get("eval_episodes"):
+                return None
+            mean, which = row["eval_mean"], f"evaluation mean over {row['eval_episodes']} games"
+        else:
+            if len(trainer.tracker.recent_returns) < trainer.tracker.recent_returns.maxlen:
+                return None
+            mean, which = trainer.tracker.mean_return(), "mean of the last 100 episodes"
+        if mean >= self.threshold:
+            self.stop_message = f"reached the reward {self.threshold:g} ({which}: {mean:.2f}) at step {trainer.timesteps}"
+            return False
+        return None
+
+
+def run_callbacks(
+    config: Config, run_dir: Path, resume_step: int | None, progress_bar: bool, user: Iterable[Callback] = (),
+    on_progress: Callable[[dict], None] | None = None, on_checkpoint: Callable[[Path], None] | None = None,
+) -> CallbackList:
+    """A run's callbacks in the order they run: the built-ins (the module docstring), with the
+    ``on_progress`` shorthand right after the row is written, then the user's."""
+    checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
+    callbacks: list[Callback] = [EvalCallback(config, checkpoints)] if config.eval_every else []
+    callbacks.append(ProgressCallback(run_dir, config, resume_step))
+    users = list(user)
+    if on_progress is not None:
+        users.insert(0, ProgressRows(on_progress))
+        callbacks.append(users[0])
+    if progress_bar:
+        callbacks.append(ProgressBar(config.total_timesteps))
+    callbacks.append(checkpoints)
+    return CallbackList(callbacks + users[1 if on_progress is not None else 0:], user=users)

@@ -1,0 +1,202 @@
+"""Checkpoints: one format, written atomically, loaded without running code, migrated on load.
+
+A checkpoint is one ``torch.save`` file holding only tensors, numbers, strings, lists and dicts.
+It is read with ``torch.load(..., weights_only=True)``, whose unpickler refuses any other object,
+so a file that carries a code payload is rejected before the payload can run.
+
+Format 2 (:data:`FORMAT_VERSION`) holds, besides ``format``:
+
+* ``config``: every :class:`~acer_sync.base.config.Config` field; ``env_id``; ``action_low`` and
+  ``action_high``, the Box a Gaussian policy's actions are clipped to (empty for discrete actions);
+* ``model_spec`` (every key the network records), ``model``, ``average_model``, ``optimizer``;
+* ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``,
+  ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
+* ``callbacks``: each callback's own state by name (the best evaluation mean, for ``best.pt``).
+
+:func:`load_checkpoint` hands every reader format 2: :func:`migrate` brings each earlier file up
+to it, in one place, so no reader needs a default for a key that an older version did not write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from acer_sync.base.config import setting_defaults
+from acer_sync.base.errors import UserError
+from acer_sync.training.rng_state import capture_rng, restore_rng
+from atari.envs import env_info
+
+FORMAT_VERSION = 2
+LATEST = "latest.pt"
+BEST = "best.pt"
+BUFFER_FILE = "buffer.npz"
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    A crash at any moment leaves either the old file or the new one, never a partial file.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    payload = {"format": FORMAT_VERSION, **payload}
+    try:
+        atomic_write(path, lambda handle: torch.save(payload, handle))
+    except OSError as error:
+        raise UserError(f"cannot write checkpoint {path}: {error.strerror or error}") from None
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or a run directory's latest checkpoint."""
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / "checkpoints" / LATEST
+        if not candidate.is_file():
+            raise UserError(f"{path} holds no checkpoint ({candidate} is missing)")
+        return candidate
+    if not path.exists():
+        raise UserError(f"checkpoint {path} does not exist")
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load a checkpoint with ``weights_only=True`` and bring it to the current format
+    (:func:`migrate`); every failure is a one-line UserError."""
+    path = resolve_checkpoint(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
+        raise UserError(
+            f"refusing to load {path}: it is not a plain-data checkpoint ({first_line})"
+        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError) as error:
+        raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated ({type(error).__name__})") from None
+    version = payload.get("format") if isinstance(payload, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise UserError(f"{path} has checkpoint format {version}, newer than this version's ({FORMAT_VERSION}); update acer_sync")
+        raise UserError(f"{path} is not an acer_sync checkpoint (formats 1 to {FORMAT_VERSION})")
+    try:
+        return migrate(payload)
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UserError(f"{path} is not a usable acer_sync checkpoint ({type(error).__name__}: {error})") from None
+
+
+def migrate(payload: dict) -> dict:
+    """``payload`` of any earlier format, in the current one.
+
+    Format 1 (until this version) was written with more keys over time; what its first files lack
+    is filled in as those versions behaved: settings added since at their defaults, a network spec
+    with its first four keys only (a categorical net without normalization), no episode lengths,
+    no ``nonfinite_updates`` or ``time_elapsed`` counters (0), and for a Gaussian policy no Box
+    bounds (read from the env). Format 2 adds ``callbacks``.
+    """
+    payload = dict(payload)
+    if payload["format"] == 1:
+        payload["config"] = {**setting_defaults(), **payload["config"]}
+        payload["model_spec"] = {"policy": "categorical", "normalize_obs": False, **payload["model_spec"]}
+        payload["counters"] = {"nonfinite_updates": 0, "time_elapsed": 0.0, **payload["counters"]}
+        payload.setdefault("recent_lengths", [])
+        if not payload.get("action_low") or not payload.get("action_high"):
+            payload["action_low"], payload["action_high"] = _action_bounds(payload)
+        payload["callbacks"] = {}
+        payload["format"] = 2
+    return payload
+
+
+def _action_bounds(payload: dict) -> tuple[list[float], list[float]]:
+    """A format-1 checkpoint's Box bounds: none for a categorical policy, the env's for a Gaussian one."""
+    if payload["model_spec"]["policy"] != "gaussian":
+        return [], []
+    info = env_info(payload["env_id"], payload["config"]["env_kwargs"])
+    return list(info.action_low), list(info.action_high)
+
+
+
+def trainer_payload(trainer) -> dict:
+    """What a checkpoint of ``trainer`` holds (the module docstring lists it)."""
+    return {
+        "config": dataclasses.asdict(trainer.config),
+        "env_id": trainer.info.env_id,
+        "action_low": list(trainer.info.action_low),
+        "action_high": list(trainer.info.action_high),
+        "model_spec": trainer.model.spec(),
+        "model": trainer.model.state_dict(),
+        "average_model": trainer.agent.average_model.state_dict(),
+        "optimizer": trainer.agent.optimizer.state_dict(),
+        "counters": {
+            "timesteps": trainer.timesteps,
+            "iterations": trainer.iterations,
+            "updates": trainer.updates,
+            "episodes": trainer.tracker.episodes,
+            "nonfinite_updates": trainer.agent.nonfinite_updates,
+            "time_elapsed": trainer.time_elapsed(),
+        },
+        "recent_returns": list(trainer.tracker.recent_returns),
+        "recent_lengths": list(trainer.tracker.recent_lengths),
+        "rng": capture_rng(trainer.sampler),
+        "callbacks": trainer.callbacks.state(),
+    }
+
+
+def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator) -> dict:
+    """Load a checkpoint's weights, optimizer, episodes and generators into a new run's parts;
+    returns its counters (``timesteps``, ``iterations``, ``updates``, ``time_elapsed``)."""
+    model.load_state_dict(payload["model"])
+    agent.average_model.load_state_dict(payload["average_model"])
+    agent.optimizer.load_state_dict(payload["optimizer"])
+    counters = payload["counters"]
+    agent.nonfinite_updates = int(counters["nonfinite_updates"])
+    tracker.episodes = int(counters["episodes"])
+    tracker.recent_returns.extend(payload["recent_returns"])
+    tracker.recent_lengths.extend(payload["recent_lengths"])
+    restore_rng(payload["rng"], sampler)
+    return {name: counters[name] for name in ("timesteps", "iterations", "updates", "time_elapsed")}
+
+
+def save_buffer(directory: Path, buffer) -> None:
+    """Write ``buffer``'s state to ``directory/buffer.npz``, atomically; a UserError if it cannot."""
+    try:
+        atomic_write(directory / BUFFER_FILE, lambda handle: np.savez(handle, **buffer.state()))
+    except OSError as error:
+        raise UserError(f"cannot write the replay buffer to {directory / BUFFER_FILE}: {error.strerror or error}") from None
+
+
+def load_buffer(run_dir: Path, buffer) -> str:
+    """Restore the buffer saved beside a run's checkpoint, if any; says what happened."""
+    path = Path(run_dir) / "checkpoints" / BUFFER_FILE
+    if not path.exists():
+        return "no saved replay buffer, so it starts empty on resume"
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            buffer.load_state(arrays)
+    except (OSError, ValueError, KeyError, EOFError) as error:
+        raise UserError(f"cannot restore the replay buffer from {path}: {error}") from None
+    return f"replay resumes with the saved buffer ({buffer.num_steps_stored} steps per env)"

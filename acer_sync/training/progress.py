@@ -1,0 +1,74 @@
+"""What a progress row says: the update statistics averaged since the last row, and the run's counters."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from acer_sync.training.acer import UPDATE_STATS
+
+
+class UpdateStats:
+    """Sums of each update's statistics (kept as tensors: no device read per update), on-policy
+    and off-policy apart, since the last progress row."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts = {"on": 0, "off": 0}
+
+    def add(self, stats: dict[str, torch.Tensor], off_policy: bool) -> None:
+        prefix = "off_" if off_policy else ""
+        for name, value in stats.items():
+            key = prefix + name
+            self.sums[key] = self.sums[key] + value.detach() if key in self.sums else value.detach().clone()
+        self.counts["off" if off_policy else "on"] += 1
+
+    def means(self) -> dict[str, float]:
+        """Each statistic's mean over the updates since :meth:`reset` (NaN where none ran)."""
+        means = {}
+        for prefix, count in (("", self.counts["on"]), ("off_", self.counts["off"])):
+            for name in UPDATE_STATS:
+                if name != "nonfinite":
+                    total = self.sums.get(prefix + name)
+                    means[prefix + name] = float(total) / count if total is not None and count else float("nan")
+        return means
+
+
+def resident_memory_mb() -> float:
+    """This process's resident memory (RSS) in MB, from /proc/self/statm (NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def progress_row(trainer, fps: float) -> dict:
+    """The progress row of ``trainer`` now, its update statistics since the last row included;
+    the evaluation columns are empty (an evaluation fills them)."""
+    tracker = trainer.tracker
+    row: dict[str, float] = {
+        "total_timesteps": trainer.timesteps,
+        "iterations": trainer.iterations,
+        "updates": trainer.updates,
+        "time_elapsed": round(trainer.time_elapsed(), 1),
+        "fps": round(fps, 1),
+        "episodes": tracker.episodes,
+        "mean_episode_reward": tracker.mean_return(),
+        "mean_episode_length": float(np.mean(tracker.recent_lengths)) if tracker.recent_lengths else float("nan"),
+        "lr": trainer.lr,
+        "off_policy_updates": trainer.update_stats.counts["off"],
+        "nonfinite_updates": trainer.agent.nonfinite_updates,
+        "rss_mb": round(resident_memory_mb(), 1),
+        "eval_mean": float("nan"),
+        "eval_std": float("nan"),
+        "eval_episodes": 0,
+        "eval_seconds": 0.0,
+    }
+    row.update(trainer.update_stats.means())
+    return row

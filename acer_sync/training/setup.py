@@ -1,0 +1,127 @@
+"""Building a run: the process's threads and seeds, the network, the update, the buffer, the envs,
+the callbacks, and a checkpoint's state put back, in the one order that keeps a seed's run the same."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+
+from acer_sync.base.config import Config
+from acer_sync.base.errors import UserError
+from acer_sync.base.log import log
+from acer_sync.base.timing import PhaseTimer
+from acer_sync.nets.build import build_model, select_device
+from acer_sync.nets.distributions import distribution_for
+from acer_sync.nets.precision import slow_bf16_warning
+from acer_sync.replay.buffer import Field, ReplayBuffer, buffer_fields
+from acer_sync.rollout.runner import Runner
+from acer_sync.training.acer import ACER
+from acer_sync.training.callbacks import Callback, CallbackList, run_callbacks
+from acer_sync.training.checkpoint import load_buffer, restore
+from acer_sync.training.trainer import Parts, Trainer
+from atari.envs import EnvInfo, VecEnv, choose_backend
+from atari.episodes import EpisodeTracker
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where that file does not exist."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_buffer_fits(config: Config, info: EnvInfo, fields: tuple[Field, ...]) -> int:
+    """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit."""
+    needed = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+    available = available_memory_bytes()
+    if available is not None and needed > 0.9 * available:
+        raise UserError(
+            f"the replay buffer needs {needed / 1e9:.2f} GB but only {available / 1e9:.2f} GB of memory is "
+            f"available; lower --buffer-size (now {config.buffer_size} steps per env) or --num-envs"
+        )
+    return needed
+
+
+def seed_everything(seed: int) -> np.random.Generator:
+    """Seed python's, numpy's and torch's global generators; returns the replay sampler's generator."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return np.random.default_rng(seed)
+
+
+def build_trainer(
+    config: Config, info: EnvInfo, run_dir: Path, resume: dict | None = None, progress_bar: bool = False,
+    callbacks: Iterable[Callback] = (), on_progress: Callable[[dict], None] | None = None,
+    on_checkpoint: Callable[[Path], None] | None = None, timer: PhaseTimer | None = None,
+    builtin: bool = True,
+) -> Trainer:
+    """A :class:`Trainer` of ``config`` on ``info`` writing to ``run_dir``, from a checkpoint's
+    ``resume`` payload (:func:`acer_sync.training.checkpoint.load_checkpoint`) or from scratch.
+
+    :param run_dir: must already exist and be writable (:func:`acer_sync.train` makes and checks it).
+    :param progress_bar: show a tqdm bar.
+    :param callbacks: the user's callbacks, after the built-in ones.
+    :param on_progress: called with each progress row after it is written (a shorthand callback).
+    :param on_checkpoint: called with the path of ``latest.pt`` after each checkpoint.
+    :param timer: times the phases of each iteration (bench.py); off in training.
+    :param builtin: install the built-in callbacks (evaluation, progress rows, checkpoints); bench.py
+        times the bare iteration without them.
+    """
+    callbacks = list(callbacks)
+    # torch's thread count is the process's: the Trainer gives the caller's back when it closes
+    # (the classic and continuous presets set 1, and a library user's process goes on after the run).
+    threads_before = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = select_device(config.device)
+    timer = timer or PhaseTimer(enabled=False, device=device)
+    sampler = seed_everything(config.seed)
+
+    model = build_model(info, config).to(device)
+    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes)
+    buffer_bytes = check_buffer_fits(config, info, fields)
+    if config.compile:
+        model.compile()  # in place: the state_dict keys stay the same
+    agent = ACER(model, config, timer)
+    warning = slow_bf16_warning(config.precision, device, model)
+    if warning is not None:
+        log.warning(warning)
+    tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
+    counters = restore(resume, model, agent, tracker, sampler) if resume is not None else {}
+
+    buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+    per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
+    log.info(
+        f"replay buffer: {config.num_envs} envs x {buffer.step_capacity} steps = "
+        f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
+    )
+    if resume is not None:
+        log.info(f"resuming at step {counters['timesteps']}: {load_buffer(run_dir, buffer)}")
+    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads)
+    runner = Runner(
+        env, model, device, config.nsteps, tracker, fields, timer, reward_scale=config.reward_scale,
+        precision=config.precision,
+    )
+    runner.reset(seed=config.seed + counters.get("iterations", 0) * config.num_envs)
+
+    resume_step = counters["timesteps"] if resume is not None else None
+    if builtin:
+        callback_list = run_callbacks(config, Path(run_dir), resume_step, progress_bar, callbacks, on_progress, on_checkpoint)
+    else:
+        callback_list = CallbackList(callbacks, user=callbacks)
+    if resume is not None:
+        callback_list.load_state(resume["callbacks"])
+    return Trainer(
+        config, info, Path(run_dir), Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer),
+        callback_list, counters, on_close=lambda: torch.set_num_threads(threads_before),
+    )

@@ -1,0 +1,200 @@
+"""The Trainer: the iteration, and nothing else. Collect one segment, learn from it and from replay.
+
+Everything around the iteration is a callback (:mod:`acer_sync.training.callbacks`): evaluation,
+progress rows, checkpoints, the progress bar and the user's own. The parts the Trainer drives are
+built by :func:`acer_sync.training.setup.build_trainer`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from acer_sync.base.config import Config
+from acer_sync.base.errors import UserError
+from acer_sync.base.log import log
+from acer_sync.base.outcome import Outcome, Stop
+from acer_sync.base.timing import PhaseTimer
+from acer_sync.math.schedules import learning_rate
+from acer_sync.nets.networks import Network
+from acer_sync.replay.buffer import Batch, Field, ReplayBuffer, to_batch
+from acer_sync.rollout.runner import Runner
+from acer_sync.training.acer import ACER
+from acer_sync.training.callbacks import CallbackFailed, CallbackList
+from acer_sync.training.progress import UpdateStats
+from acer_sync.training.signals import GracefulStop
+from atari.envs import EnvInfo, EnvWorkerDied, VecEnv
+from atari.episodes import EpisodeTracker
+
+#: Config fields that may differ between a run and its resume.
+RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision")
+
+
+@dataclass
+class Parts:
+    """What one run drives, built by :func:`acer_sync.training.setup.build_trainer`."""
+
+    device: torch.device
+    model: Network
+    agent: ACER
+    fields: tuple[Field, ...]
+    buffer: ReplayBuffer
+    env: VecEnv
+    runner: Runner
+    tracker: EpisodeTracker
+    sampler: np.random.Generator
+    timer: PhaseTimer
+
+
+class Trainer:
+    """Runs the iteration until ``total_timesteps``, a signal, a callback's stop, a dead env worker
+    or too many non-finite updates, and says which (:class:`~acer_sync.base.outcome.Outcome`).
+
+    :param config: the run's settings.
+    :param info: what the env looks like (:func:`atari.envs.env_info`).
+    :param run_dir: the run directory (the outcome names it).
+    :param parts: the networks, the update, the buffer, the envs and their Runner.
+    :param callbacks: what runs around each iteration.
+    :param counters: where a resumed run stands (``timesteps``, ``iterations``, ``updates``,
+        ``time_elapsed``); zeros for a new one.
+    :param on_close: called once the envs are closed (gives the process its thread count back).
+    """
+
+    def __init__(self, config: Config, info: EnvInfo, run_dir: Path, parts: Parts, callbacks: CallbackList,
+                 counters: dict | None = None, on_close: Callable[[], None] | None = None):
+        self.config, self.info, self.run_dir, self.callbacks = config, info, Path(run_dir), callbacks
+        self.parts = parts
+        self.device, self.model, self.agent, self.fields = parts.device, parts.model, parts.agent, parts.fields
+        self.buffer, self.env, self.runner, self.tracker = parts.buffer, parts.env, parts.runner, parts.tracker
+        self.sampler, self.timer = parts.sampler, parts.timer
+        counters = counters or {}
+        self.timesteps = int(counters.get("timesteps", 0))
+        self.iterations = int(counters.get("iterations", 0))
+        self.updates = int(counters.get("updates", 0))
+        self.time_before = float(counters.get("time_elapsed", 0.0))  # earlier sessions of this run
+        self.started = time.perf_counter()
+        self.steps_per_iteration = config.num_envs * config.nsteps
+        self.lr = learning_rate(config.lr_schedule, config.lr, self.timesteps, config.total_timesteps)
+        self.update_stats = UpdateStats()
+        self.stop = GracefulStop()
+        self.on_close = on_close
+
+    def collect(self) -> None:
+        """Act for one segment of ``nsteps`` in every env and store it."""
+        segment = self.runner.run()
+        with self.timer("buffer_put"):
+            self.buffer.put(segment)
+        self.lr = learning_rate(self.config.lr_schedule, self.config.lr, self.timesteps, self.config.total_timesteps)
+        self.timesteps += self.steps_per_iteration
+        self.iterations += 1
+
+    def learn(self) -> None:
+        """One on-policy update on the segment just collected, then Poisson(``replay_ratio``)
+        off-policy updates on replayed ones, once ``replay_start`` steps per env are stored."""
+        cfg, timer = self.config, self.timer
+        with timer("buffer_get"):
+            batch = self._with_replay_state(to_batch(self.buffer.latest(), self.fields, self.info.stack, self.device))
+        with timer("on_policy_update"):
+            self.update_stats.add(self.agent.update(batch, self.lr), off_policy=False)
+        self.updates += 1
+        if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
+            for _ in range(self.sampler.poisson(cfg.replay_ratio)):
+                with timer("buffer_get"):
+                    batch = self._replay_batch()
+                with timer("off_policy_updates"):
+                    self.update_stats.add(self.agent.update(batch, self.lr), off_policy=True)
+                self.updates += 1
+
+    def _with_replay_state(self, batch: Batch) -> Batch:
+        """``replay_state`` zero: replay a recurrent network from the zero state (Baselines' way)."""
+        if self.config.replay_state == "zero" and batch.state:
+            return batch._replace(state=self.model.initial_state(self.config.num_envs))
+        return batch
+
+    def _replay_batch(self) -> Batch:
+        """One replayed segment per env; with ``replay_state`` burn_in, a recurrent network starts
+        it from the state the current weights reach over the previous segment (R2D2's burn-in,
+        here T steps from that segment's stored state), where that segment is still stored."""
+        index = self.buffer.sample_indices(self.sampler)
+        batch = to_batch(self.buffer.gather(index), self.fields, self.info.stack, self.device)
+        if self.config.replay_state != "burn_in" or not batch.state:
+            return self._with_replay_state(batch)
+        previous, available = self.buffer.previous(index)
+        previous = to_batch(previous, self.fields, self.info.stack, self.device)
+        with torch.no_grad():
+            _, burned = self.agent.net.unroll(previous.obs[:-1], previous.firsts[:-1], previous.state)
+        use = torch.from_numpy(available).to(self.device).unsqueeze(-1)
+        return batch._replace(state=tuple(torch.where(use, new, stored) for new, stored in zip(burned, batch.state)))
+
+    def train(self) -> Outcome:
+        """Iterate until done or stopped; the callbacks save, log and evaluate around it."""
+        with self.stop as stop:
+            try:
+                return self._run(stop)
+            except BaseException as error:
+                # A second signal may land anywhere: in an update, in the final save (whose atomic
+                # write leaves the previous checkpoint in place) or while the envs close, and what
+                # it interrupts may re-raise it as another error. Exit at once without cleaning up;
+                # the vector envs' finalizers terminate their workers.
+                if not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
+                    raise
+                return self._outcome(Stop.INTERRUPTED, "second SIGINT: exiting at once; the previous checkpoint is kept")
+
+    def _run(self, stop: GracefulStop) -> Outcome:
+        cfg = self.config
+        try:
+            stopper = self.callbacks.on_training_start(self)
+            while stopper is None and self.timesteps < cfg.total_timesteps and stop.signal_name is None:
+                self.collect()
+                self.learn()
+                stopper = self.callbacks.on_rollout_end(self)
+                if self.agent.nonfinite_streak >= cfg.max_nonfinite:
+                    return self._end(self._outcome(
+                        Stop.NONFINITE, f"{self.agent.nonfinite_streak} non-finite updates in a row at step "
+                        f"{self.timesteps}; stopped, keeping the last good checkpoint",
+                    ))
+        except EnvWorkerDied as error:
+            try:
+                return self._end(self._outcome(Stop.ENV_DIED, f"{error}; saved a checkpoint at step {self.timesteps}"))
+            except UserError as save_error:
+                raise UserError(f"{error}; and the checkpoint at step {self.timesteps} failed: {save_error}") from None
+        except CallbackFailed as failure:
+            log.info(f"a callback raised {type(failure.error).__name__}: saving a checkpoint at step {self.timesteps}")
+            self._end(self._outcome(Stop.CALLBACK_FAILED, f"{type(failure.error).__name__}: {failure.error}"))
+            raise failure.error from None
+        if stopper is not None:
+            message = stopper.stop_message or f"{type(stopper).__name__} stopped the run at step {self.timesteps}"
+            log.info(f"{message}: saving a checkpoint")
+            return self._end(Outcome(Stop.CALLBACK, self.run_dir, self.timesteps, message=message))
+        return self._end(self._outcome(Stop.INTERRUPTED if stop.signal_name is not None else Stop.FINISHED))
+
+    def _end(self, outcome: Outcome) -> Outcome:
+        """The callbacks' ``on_training_end`` (the checkpoint is saved there), then :meth:`close`."""
+        self.callbacks.on_training_end(self, outcome)
+        self.close()
+        return outcome
+
+    def _outcome(self, stop: Stop, error: str = "") -> Outcome:
+        return Outcome(stop, self.run_dir, self.timesteps, error)
+
+    def request_stop(self, reason: str) -> None:
+        """Finish the current iteration, save a checkpoint and return an INTERRUPTED outcome from
+        :meth:`train`, as after SIGINT; ``reason`` names why in the "received: saving" line."""
+        self.stop.request(reason)
+
+    def stop_requested(self) -> bool:
+        return self.stop.signal_name is not None
+
+    def time_elapsed(self) -> float:
+        """Wall-clock seconds of this run, earlier sessions included."""
+        return self.time_before + time.perf_counter() - self.started
+
+    def close(self) -> None:
+        self.env.close()
+        if self.on_close is not None:
+            self.on_close()

@@ -1,0 +1,154 @@
+"""Callbacks, in Stable-Baselines3's semantics: hooks around the iteration, a stop by returning False,
+``best.pt`` at the best evaluation mean, a reward to stop at, and a checkpoint before a user's
+exception propagates."""
+
+import subprocess
+import sys
+
+import pytest
+
+import acer_sync
+from acer_sync.api import runs as api
+from acer_sync.base.outcome import Stop
+from acer_sync.training.checkpoint import load_checkpoint
+from helpers import ROOT, read_progress
+
+SMALL = dict(vec_env="sync", device="cpu", num_envs=2, nsteps=5, buffer_size=100, replay_start=20, eval_every=0,
+             log_interval=4, checkpoint_every=10_000, progress_bar=False)
+
+
+class Recorder(acer_sync.Callback):
+    """Notes every hook it sees, and stops after ``stop_after`` iterations (None: never)."""
+
+    def __init__(self, stop_after=None):
+        self.events, self.rows, self.stop_after = [], [], stop_after
+
+    def on_training_start(self, trainer):
+        self.events.append(("start", trainer.timesteps))
+
+    def on_rollout_end(self, trainer, row):
+        self.events.append(("rollout", trainer.timesteps))
+        if row:
+            self.rows.append(dict(row))
+        if self.stop_after is not None and trainer.iterations >= self.stop_after:
+            return False
+        return None
+
+    def on_training_end(self, trainer, outcome):
+        self.events.append(("end", outcome.stop))
+
+
+def test_hooks_run_once_at_the_start_once_an_iteration_and_once_at_the_end_with_every_row(tmp_path):
+    recorder = Recorder()
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=100, callbacks=[recorder], **SMALL)
+    assert recorder.events[0] == ("start", 0)
+    assert [step for kind, step in recorder.events if kind == "rollout"] == list(range(10, 101, 10))
+    assert recorder.events[-1] == ("end", Stop.FINISHED)
+    logged = read_progress(tmp_path / "run")
+    assert [int(row["total_timesteps"]) for row in recorder.rows] == [int(row["total_timesteps"]) for row in logged]
+    assert list(recorder.rows[0]) == list(logged[0])  # the row as written, every column in order
+
+
+def test_a_callback_that_returns_false_stops_the_run_with_a_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    recorder = Recorder(stop_after=3)
+    outcome = api.run("CartPole-v1", run_dir=run_dir, total_timesteps=10_000, callbacks=[recorder], **SMALL)
+    assert outcome.stop is Stop.CALLBACK and outcome.finished and outcome.timesteps == 30
+    assert "Recorder stopped the run at step 30" in outcome.message
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 30
+    assert recorder.events[-1] == ("end", Stop.CALLBACK)
+    # acer_sync.train returns the run directory for a stop by a callback, and the run resumes.
+    assert acer_sync.train(resume=run_dir, total_timesteps=60, progress_bar=False) == run_dir
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 60
+
+
+def test_a_false_from_on_training_start_stops_before_the_first_iteration(tmp_path):
+    class NotToday(acer_sync.Callback):
+        stop_message = "not today"
+
+        def on_training_start(self, trainer):
+            return False
+
+    outcome = api.run("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=100, callbacks=[NotToday()], **SMALL)
+    assert outcome.stop is Stop.CALLBACK and outcome.timesteps == 0 and outcome.message == "not today"
+    assert load_checkpoint(tmp_path / "run")["counters"]["timesteps"] == 0
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("how", ["callback", "on_progress"])
+def test_an_exception_in_a_users_callback_saves_a_checkpoint_then_propagates(tmp_path, how):
+    run_dir = tmp_path / "run"
+
+    class Explodes(acer_sync.Callback):
+        def on_rollout_end(self, trainer, row):
+            if trainer.iterations == 5:
+                raise Boom("the user's bug")
+
+    def explodes(row):
+        raise Boom("the user's bug")
+
+    hooks = dict(callbacks=[Explodes()]) if how == "callback" else dict(on_progress=explodes)
+    with pytest.raises(Boom, match="the user's bug"):
+        acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=10_000, **hooks, **SMALL)
+    saved = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert saved == (50 if how == "callback" else 40)  # the first row is due after 4 iterations
+    assert acer_sync.train(resume=run_dir, total_timesteps=saved + 20, progress_bar=False) == run_dir
+
+
+def test_best_pt_holds_the_best_evaluation_and_its_mean_survives_a_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    settings = {**SMALL, "eval_every": 40, "eval_episodes": 2, "log_interval": 1000}
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=200, **settings)
+    evaluations = [row for row in read_progress(run_dir) if int(row["eval_episodes"])]
+    assert [int(row["total_timesteps"]) for row in evaluations] == [40, 80, 120, 160, 200]
+    means = [float(row["eval_mean"]) for row in evaluations]
+    best_step = int(evaluations[means.index(max(means))]["total_timesteps"])
+    assert load_checkpoint(run_dir / "checkpoints" / "best.pt")["counters"]["timesteps"] == best_step
+    assert load_checkpoint(run_dir)["callbacks"]["EvalCallback"]["best_mean"] == max(means)
+    acer_sync.train(resume=run_dir, total_timesteps=400, progress_bar=False)
+    evaluations = [row for row in read_progress(run_dir) if int(row["eval_episodes"])]
+    means = [float(row["eval_mean"]) for row in evaluations]
+    best_step = int(evaluations[means.index(max(means))]["total_timesteps"])
+    assert load_checkpoint(run_dir / "checkpoints" / "best.pt")["counters"]["timesteps"] == best_step
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+def test_train_py_stop_at_reward_stops_with_a_checkpoint_and_exits_0(tmp_path, evaluation):
+    run_dir = tmp_path / "run"
+    flags = ["--eval-every", "200", "--eval-episodes", "4"] if evaluation else ["--eval-every", "0"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "4",
+         "--total-timesteps", "1000000", "--stop-at-reward", "12", "--log-interval", "1", "--run-dir", str(run_dir),
+         "--no-progress", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "reached the reward 12" in result.stdout and result.stderr == ""
+    rows = read_progress(run_dir)
+    saved = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert saved == int(rows[-1]["total_timesteps"]) < 1_000_000
+    if evaluation:
+        assert "evaluation mean over 4 games" in result.stdout and float(rows[-1]["eval_mean"]) >= 12
+        assert saved == 240  # the first evaluation (80 steps an iteration): a random CartPole policy lasts ~22 steps
+    else:
+        assert "mean of the last 100 episodes" in result.stdout and int(rows[-1]["episodes"]) >= 100
+        assert int(rows[-2]["episodes"]) < 100 or float(rows[-2]["mean_episode_reward"]) < 12
+
+
+def test_what_is_not_a_callback_is_one_line_error_before_anything_is_written(tmp_path):
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", callbacks=[print], **SMALL)
+    assert "\n" not in str(error.value) and "acer_sync.Callback" in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_verbose_0_shows_nothing_but_errors(tmp_path, capsys):
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "quiet", total_timesteps=40, verbose=0,
+                    **{**SMALL, "progress_bar": True})
+    assert capsys.readouterr() == ("", "")
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "loud", total_timesteps=40, **SMALL)
+    out = capsys.readouterr().out
+    assert f"run directory: {tmp_path / 'loud'}" in out and "replay buffer: 2 envs" in out

@@ -1,0 +1,96 @@
+"""One checkpoint format: every earlier file loads, plays and resumes through one migration.
+
+The files under ``tests/data/format1`` were written by earlier versions (its README says how);
+``cartpole_mlp_first`` holds only the keys the first release of format 1 wrote.
+"""
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import acer_sync
+from acer_sync.base.config import Config
+from acer_sync.replay.buffer import BUFFER_FORMAT, migrate_buffer
+from acer_sync.training.checkpoint import FORMAT_VERSION, load_checkpoint, migrate
+from helpers import ROOT, read_progress
+
+FORMAT1 = ROOT / "tests" / "data" / "format1"
+RUNS = ["cartpole_mlp", "cartpole_lstm", "pendulum_gaussian", "cartpole_mlp_first"]
+OBSERVATIONS = {"cartpole": np.zeros(4, np.float32), "pendulum": np.array([1.0, 0.0, 0.0], np.float32)}
+
+
+def copied(tmp_path, name):
+    run_dir = tmp_path / name
+    shutil.copytree(FORMAT1 / name, run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory):
+    """A checkpoint of the current format, for its keys."""
+    run_dir = tmp_path_factory.mktemp("current") / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=40, num_envs=2, nsteps=20, vec_env="sync",
+                    eval_every=0, progress_bar=False, verbose=0)
+    return torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_a_format_1_checkpoint_loads_as_the_current_format_with_every_key(name, current):
+    stored = torch.load(FORMAT1 / name / "checkpoints" / "latest.pt", weights_only=True)
+    assert stored["format"] == 1
+    payload = load_checkpoint(FORMAT1 / name)
+    assert payload["format"] == FORMAT_VERSION == current["format"] == 2
+    assert set(payload) == set(current)
+    assert set(payload["counters"]) == set(current["counters"])
+    assert set(payload["config"]) == {f.name for f in dataclasses.fields(Config)}
+    assert set(payload["model_spec"]) == set(acer_sync.load(FORMAT1 / name).model.spec())
+    assert payload["callbacks"] == {}
+    for key, tensor in stored["model"].items():  # the weights are the file's, untouched
+        assert torch.equal(payload["model"][key], tensor)
+    assert migrate(payload) == payload  # the current format passes through
+
+
+def test_the_first_release_keys_are_filled_as_those_versions_behaved():
+    payload = load_checkpoint(FORMAT1 / "cartpole_mlp_first")
+    full = load_checkpoint(FORMAT1 / "cartpole_mlp")
+    assert payload["model_spec"] == full["model_spec"]  # a categorical net without normalization
+    assert payload["counters"]["nonfinite_updates"] == 0 and payload["counters"]["time_elapsed"] == 0.0
+    assert payload["recent_lengths"] == [] and payload["action_low"] == payload["action_high"] == []
+    assert payload["config"]["precision"] == "fp32" and payload["config"]["network"] == "auto"
+    gaussian = load_checkpoint(FORMAT1 / "pendulum_gaussian")
+    assert gaussian["action_low"] == [-2.0] and gaussian["action_high"] == [2.0]
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_a_format_1_run_plays_and_resumes_with_its_saved_buffer(tmp_path, name, capsys):
+    run_dir = copied(tmp_path, name)
+    policy = acer_sync.load(run_dir)
+    action, state = policy.predict(OBSERVATIONS[name.split("_")[0]], deterministic=True)
+    assert (state is not None) == policy.recurrent
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False)
+    assert "replay resumes with the saved buffer (200 steps per env)" in capsys.readouterr().out
+    resumed = load_checkpoint(run_dir)
+    assert resumed["counters"]["timesteps"] == 520 and resumed["format"] == FORMAT_VERSION
+    assert int(read_progress(run_dir)[-1]["total_timesteps"]) == 520
+    with np.load(run_dir / "checkpoints" / "buffer.npz") as arrays:
+        assert int(arrays["format"]) == BUFFER_FORMAT
+
+
+def test_a_buffer_of_the_first_release_loads_with_zero_timeout_values():
+    with np.load(FORMAT1 / "cartpole_mlp_first" / "checkpoints" / "buffer.npz") as arrays:
+        assert "timeout_values" not in arrays and "format" not in arrays
+        migrated = migrate_buffer(arrays)
+        assert migrated["timeout_values"].shape == arrays["dones"].shape and not migrated["timeout_values"].any()
+
+
+def test_files_of_a_newer_format_are_refused_in_one_line(tmp_path):
+    run_dir = copied(tmp_path, "cartpole_mlp")
+    path = run_dir / "checkpoints" / "latest.pt"
+    torch.save({**torch.load(path, weights_only=True), "format": FORMAT_VERSION + 1}, path)
+    with pytest.raises(acer_sync.UserError, match=f"checkpoint format {FORMAT_VERSION + 1}, newer than"):
+        acer_sync.load(run_dir)
+    with pytest.raises(ValueError, match=f"buffer format {BUFFER_FORMAT + 1}, newer than"):
+        migrate_buffer({"format": np.array(BUFFER_FORMAT + 1)})
