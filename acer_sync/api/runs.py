@@ -33,6 +33,7 @@ from acer_sync.base.config_file import check_setting, env_settings_line, load_en
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome
+from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, network_arch
 from acer_sync.training.callbacks import Callback
 from acer_sync.training.checkpoint import load_checkpoint
@@ -132,7 +133,15 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         resume = Path(resume)
         if run_dir is not None and Path(run_dir) != resume:
             raise UserError("give either --resume RUN_DIR or --run-dir, not both")
-        config, info, payload = resumed_run(resume, env, settings)
+        refuse_traversal(resume, "--resume")
+        if not resume.is_dir():
+            raise UserError(f"--resume {resume}: no such run directory")
+        lock = RunLock.acquire(resume)  # before the checkpoint is read: another writer may be saving it
+        try:
+            config, info, payload = resumed_run(resume, env, settings)
+        except BaseException:
+            lock.release()
+            raise
         run_dir, created = resume, []
     else:
         if env is None:
@@ -150,21 +159,28 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         check_config(config, info)
         run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
         created = prepare_run_dir(run_dir)
+        lock = RunLock.acquire(run_dir)
         payload = None
-    log.info(f"run directory: {run_dir}")
     try:
+        if payload is None:
+            refuse_a_run(run_dir)  # again, under the lock: another process may have started one since
+        log.info(f"run directory: {run_dir}")
         trainer = build_trainer(
             config, info, run_dir, resume=payload, progress_bar=progress_bar, callbacks=callbacks,
             on_progress=on_progress, on_checkpoint=on_checkpoint,
         )
     except BaseException:
+        lock.release(remove=bool(created))
         _remove_empty(created)
         raise
-    if payload is None:
-        write_config(run_dir, config, command, commit=commit)
-    if on_start is not None:
-        on_start(trainer)
-    return trainer.train()
+    try:
+        if payload is None:
+            write_config(run_dir, config, command, commit=commit)
+        if on_start is not None:
+            on_start(trainer)
+        return trainer.train()
+    finally:
+        lock.release()
 
 
 def check_config(config: Config, info: EnvInfo) -> None:
@@ -233,14 +249,19 @@ def refuse_traversal(path: Path, flag: str) -> None:
         raise UserError(f"{flag} {path} contains '..'; give the run directory without parent references")
 
 
+def refuse_a_run(run_dir: Path) -> None:
+    """A UserError where ``run_dir`` already holds a run."""
+    if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
+        raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick another --run-dir")
+
+
 def prepare_run_dir(run_dir: Path) -> list[Path]:
     """Make ``run_dir`` and check that it is writable and holds no run; returns the directories
     it made, innermost first (removed again if the run cannot start)."""
     refuse_traversal(run_dir, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} exists and is not a directory")
-    if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
-        raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick another --run-dir")
+    refuse_a_run(run_dir)
     created = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -256,9 +277,6 @@ def prepare_run_dir(run_dir: Path) -> list[Path]:
 def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[Config, EnvInfo, dict]:
     """The saved run's config with what a resume may change, its env and its checkpoint; a
     UserError for settings that conflict with the run, or a checkpoint that does not fit."""
-    refuse_traversal(run_dir, "--resume")
-    if not run_dir.is_dir():
-        raise UserError(f"--resume {run_dir}: no such run directory")
     payload = load_checkpoint(run_dir)
     try:
         saved = Config(**payload["config"])

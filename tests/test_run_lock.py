@@ -1,0 +1,79 @@
+"""One writer per run directory: a second training or resume of a run in use is refused in one line
+and writes nothing; the lock dies with its process; readers never wait for it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import acer_sync
+from acer_sync.base.run_lock import LOCK_FILE, RunLock
+from acer_sync.training.checkpoint import load_checkpoint
+from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
+
+TRAIN = [sys.executable, str(ROOT / "train.py")]
+
+
+def steps_once_each(run_dir) -> bool:
+    """progress.csv has one header and strictly increasing steps: one writer wrote it."""
+    lines = (run_dir / "progress.csv").read_text().splitlines()
+    steps = [int(row["total_timesteps"]) for row in read_progress(run_dir)]
+    return sum(line.startswith("total_timesteps") for line in lines) == 1 and steps == sorted(set(steps))
+
+
+def test_the_lock_names_its_holder_and_is_free_again_once_released(tmp_path):
+    lock = RunLock.acquire(tmp_path)
+    with pytest.raises(acer_sync.UserError, match=f"is in use by process {os.getpid()} on "):
+        RunLock.acquire(tmp_path)
+    lock.release()
+    RunLock.acquire(tmp_path).release(remove=True)
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_resume_of_a_run_in_use_is_refused_at_once_and_writes_nothing_and_readers_go_on(tmp_path):
+    run_dir = tmp_path / "run"
+    first = start_long_cartpole_run(run_dir, 2, "--checkpoint-every", "200")
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run_dir / "checkpoints" / "latest.pt").exists():
+            time.sleep(0.2)
+        started = time.time()
+        second = subprocess.run([*TRAIN, "--resume", str(run_dir), "--no-progress"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=60)
+        line = one_line_error(second)
+        assert time.time() - started < 30
+        assert f"is in use by process {first.pid} on " in line and second.stdout == ""
+        again = subprocess.run([*TRAIN, "--env", "CartPole-v1", "--run-dir", str(run_dir), "--no-progress"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60)
+        assert "already holds a run" in one_line_error(again)
+        policy = acer_sync.load(run_dir)  # a reader does not take the lock
+        policy.predict(np.zeros(4, np.float32))
+        assert first.poll() is None and steps_once_each(run_dir)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    # The kernel dropped the dead process's lock: the run resumes.
+    saved = load_checkpoint(run_dir)["counters"]["timesteps"]
+    resumed = subprocess.run([*TRAIN, "--resume", str(run_dir), "--total-timesteps", str(saved + 200), "--no-progress"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert steps_once_each(run_dir) and int(read_progress(run_dir)[-1]["total_timesteps"]) == saved + 200
+
+
+def test_two_runs_started_at_once_on_one_directory_leave_one_run(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [*TRAIN, "--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "2", "--total-timesteps", "2000",
+               "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"]
+    processes = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    results = [(process.wait(timeout=180), *process.communicate()) for process in processes]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 2], results
+    refused = next(stderr for code, _, stderr in results if code == 2)
+    assert len(refused.strip().splitlines()) == 1 and ("is in use by" in refused or "already holds a run" in refused)
+    assert steps_once_each(run_dir)
+    assert int(read_progress(run_dir)[-1]["total_timesteps"]) == 2000
