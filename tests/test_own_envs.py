@@ -435,7 +435,8 @@ def test_an_env_file_is_checked_as_a_config_file(tmp_path):
 
 
 def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path):
-    """Pendulum-v1's shipped file sets gamma 0.9, total_timesteps 100000 and vec_env sync (threads 1 is the preset's)."""
+    """Pendulum-v1's shipped file sets gamma 0.9, total_timesteps 100000, vec_env sync, buffer_size 2500 and lr
+    0.001 (threads 1 is the preset's)."""
     config_file = tmp_path / "run.yaml"
     config_file.write_text("gamma: 0.95\ntotal_timesteps: 20\nnum_envs: 1\nnsteps: 5\neval_every: 0\n")
     result = subprocess.run(
@@ -449,10 +450,11 @@ def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path)
     assert config["threads"] == 1  # the continuous preset's
     assert config["total_timesteps"] == 20  # --config beats the file
     assert config["gamma"] == 0.8  # a flag beats --config and the file
-    assert config["lr"] == build_config(False, {}, continuous=True).lr  # the preset where none speaks
+    assert config["lr"] == 0.001 and config["buffer_size"] == 2500  # the file's
+    assert config["delta"] == build_config(False, {}, continuous=True).delta  # the preset where none speaks
     lines = [line for line in result.stdout.splitlines() if line.startswith("tuned settings")]
-    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync "
-                     "(overridden by your settings: gamma, total_timesteps)"], result.stdout
+    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync, "
+                     "buffer_size=2500, lr=0.001 (overridden by your settings: gamma, total_timesteps)"], result.stdout
 
 
 def test_sweeps_apply_the_env_file_under_their_settings(tmp_path):
