@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -265,9 +267,10 @@ def prepare_run_dir(run_dir: Path) -> list[Path]:
     created = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        # A probe of its own: two runs started at once on one directory must not delete each other's.
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=run_dir)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as error:
         _remove_empty(created)
         raise UserError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None

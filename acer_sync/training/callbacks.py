@@ -342,13 +342,9 @@ def run_callbacks(
     """A run's callbacks in the order they run: the built-ins (the module docstring), with the
     ``on_progress`` shorthand right after the row is written, then the user's."""
     checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
-    callbacks: list[Callback] = [EvalCallback(config, checkpoints)] if config.eval_every else []
-    callbacks.append(ProgressCallback(run_dir, config, resume_step))
-    users = list(user)
-    if on_progress is not None:
-        users.insert(0, ProgressRows(on_progress))
-        callbacks.append(users[0])
-    if progress_bar:
-        callbacks.append(ProgressBar(config.total_timesteps))
-    callbacks.append(checkpoints)
-    return CallbackList(callbacks + users[1 if on_progress is not None else 0:], user=users)
+    evaluation = [EvalCallback(config, checkpoints)] if config.eval_every else []
+    progress_rows = [ProgressRows(on_progress)] if on_progress is not None else []
+    bar = [ProgressBar(config.total_timesteps)] if progress_bar else []
+    user = list(user)
+    callbacks = [*evaluation, ProgressCallback(run_dir, config, resume_step), *progress_rows, *bar, checkpoints, *user]
+    return CallbackList(callbacks, user=progress_rows + user)

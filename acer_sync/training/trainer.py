@@ -68,7 +68,6 @@ class Trainer:
     def __init__(self, config: Config, info: EnvInfo, run_dir: Path, parts: Parts, callbacks: CallbackList,
                  counters: dict | None = None, on_close: Callable[[], None] | None = None):
         self.config, self.info, self.run_dir, self.callbacks = config, info, Path(run_dir), callbacks
-        self.parts = parts
         self.device, self.model, self.agent, self.fields = parts.device, parts.model, parts.agent, parts.fields
         self.buffer, self.env, self.runner, self.tracker = parts.buffer, parts.env, parts.runner, parts.tracker
         self.sampler, self.timer = parts.sampler, parts.timer
