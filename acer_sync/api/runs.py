@@ -37,7 +37,7 @@ from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome
 from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, network_arch
-from acer_sync.training.callbacks import Callback
+from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.trainer import RESUMABLE_CHANGES, Trainer
@@ -119,16 +119,14 @@ def run(
     it trains (a sweep trial wires its stop request to it)."""
     with console(verbose):
         return _run(
-            env, run_dir, resume, list(callbacks), verbose >= 1 and progress_bar, on_progress, on_checkpoint, command,
+            env, run_dir, resume, callbacks, verbose >= 1 and progress_bar, on_progress, on_checkpoint, command,
             commit, on_start, settings,
         )
 
 
 def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoint, command, commit, on_start,
          settings) -> Outcome:
-    for callback in callbacks:
-        if not isinstance(callback, Callback):
-            raise UserError(f"callbacks must be acer_sync.Callback instances, got {callback!r}")
+    callbacks = check_callbacks(callbacks)  # before anything is built or written
     settings = {str(name): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()}
     command = command or [call_text(env, settings)]
     if resume is not None:

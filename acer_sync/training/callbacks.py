@@ -31,6 +31,7 @@ import torch
 from tqdm import tqdm
 
 from acer_sync.base.config import Config
+from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.rollout.evaluation import evaluate
@@ -75,17 +76,23 @@ class CallbackFailed(Exception):
         self.error = error
 
 
+def check_callbacks(callbacks: Iterable) -> list[Callback]:
+    """``callbacks`` as a list; a one-line UserError where one is not a :class:`Callback`."""
+    callbacks = list(callbacks)
+    for callback in callbacks:
+        if not isinstance(callback, Callback):
+            raise UserError(f"callbacks must be acer_sync.Callback instances, got {callback!r}")
+    return callbacks
+
+
 class CallbackList:
     """The run's callbacks, in the order they run. Exceptions from those in ``user`` (the user's own,
     and the ``on_progress`` shorthand) are wrapped in :class:`CallbackFailed`; a built-in one's
     propagate as they are. A hook returns the first callback that asked to stop, or None."""
 
     def __init__(self, callbacks: Iterable[Callback] = (), user: Iterable[Callback] = ()):
-        self.callbacks = list(callbacks)
+        self.callbacks = check_callbacks(callbacks)
         self.user = list(user)
-        for callback in self.callbacks:
-            if not isinstance(callback, Callback):
-                raise TypeError(f"callbacks must be acer_sync.Callback instances, got {type(callback).__name__}")
 
     def _each(self, hook: str, *args) -> Callback | None:
         stopper = None

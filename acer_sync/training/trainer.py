@@ -169,7 +169,7 @@ class Trainer:
         if stopper is not None:
             message = stopper.stop_message or f"{type(stopper).__name__} stopped the run at step {self.timesteps}"
             log.info(f"{message}: saving a checkpoint")
-            return self._end(Outcome(Stop.CALLBACK, self.run_dir, self.timesteps, message=message))
+            return self._end(self._outcome(Stop.CALLBACK, message=message))
         return self._end(self._outcome(Stop.INTERRUPTED if stop.signal_name is not None else Stop.FINISHED))
 
     def _end(self, outcome: Outcome) -> Outcome:
@@ -178,8 +178,8 @@ class Trainer:
         self.close()
         return outcome
 
-    def _outcome(self, stop: Stop, error: str = "") -> Outcome:
-        return Outcome(stop, self.run_dir, self.timesteps, error)
+    def _outcome(self, stop: Stop, error: str = "", message: str = "") -> Outcome:
+        return Outcome(stop, self.run_dir, self.timesteps, error, message)
 
     def request_stop(self, reason: str) -> None:
         """Finish the current iteration, save a checkpoint and return an INTERRUPTED outcome from
