@@ -95,7 +95,7 @@ def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
 
 
 def bench_env(info, config, seconds: float) -> float:
-    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env))
+    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), timeout=config.env_timeout)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import torch
 from acer_sync.api.cli import OneLineParser
 from acer_sync.api.policy import Policy, load
 from acer_sync.api.runs import is_callable_env
-from acer_sync.base.errors import UserError, run_cli
+from acer_sync.base.errors import UserError, WriteFailed, run_cli
 from acer_sync.rollout.evaluation import EnvStep, evaluate
 from atari.envs import EnvInfo, VecEnv, env_info
 
@@ -46,20 +47,13 @@ def parse_args(argv: list[str]):
 
 
 def policy_env(policy: Policy, checkpoint: Path) -> EnvInfo:
-    """The env the policy was trained on, checked against the network."""
+    """The env the policy was trained on."""
     if is_callable_env(policy.env_id):
         raise UserError(
             f"{checkpoint} was trained on an env that a Python callable makes ({policy.env_id.split('/', 1)[1]}), "
             "which play.py cannot build; play it from Python with acer_sync.load(RUN_DIR).predict(observation)"
         )
-    info = env_info(policy.env_id, policy.env_kwargs)
-    spec = policy.model.spec()
-    if tuple(spec["obs_shape"]) != info.obs_shape or int(spec["n_actions"]) != info.n_actions:
-        raise UserError(
-            f"{checkpoint} was made for observations {tuple(spec['obs_shape'])} and {spec['n_actions']} actions, "
-            f"but {policy.env_id} has {info.obs_shape} and {info.n_actions}"
-        )
-    return info
+    return env_info(policy.env_id, policy.env_kwargs)  # acer_sync.load checked that the network fits it
 
 
 def follow_the_agent(env: VecEnv) -> None:
@@ -109,6 +103,20 @@ class StepLog:
         self.game += int(step.game_over[0])
 
 
+def finish_video(part: Path, video: Path, frames_written: int) -> None:
+    """Rename the finished ``part`` over ``video`` once it holds every frame written; opencv
+    reports no failed write (a full disk), so the frames are counted back."""
+    import cv2
+
+    capture = cv2.VideoCapture(str(part))
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if capture.isOpened() else 0
+    capture.release()
+    if frames < frames_written:
+        free = shutil.disk_usage(part.parent).free
+        raise WriteFailed(video, f"only {frames} of its {frames_written} frames reached the file ({free / 1e6:.1f} MB free on its disk)")
+    os.replace(part, video)
+
+
 def action_names(env: VecEnv) -> list[str]:
     """The names of env 0's discrete actions where it has them (ALE's NOOP, FIRE, ...), else none."""
     meanings = getattr(env.first_env().unwrapped, "get_action_meanings", None)
@@ -142,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         follow_the_agent(env)
     writer = None
     frames_written = 0
+    # The video is written beside its name, checked, then renamed over it: a full disk leaves no
+    # broken mp4 under the name (and whatever was there before stays).
+    video_part = None if args.video is None else args.video.with_name(f".{args.video.name}.{os.getpid()}.tmp{args.video.suffix}")
 
     def record(_: EnvStep | None) -> None:
         nonlocal writer, frames_written
@@ -159,9 +170,15 @@ def main(argv: list[str] | None = None) -> int:
             frame = np.asarray(env.render())
         if writer is None:
             import cv2
+            import cv2.utils.logging
+
+            # A failed write is reported once, by finish_video, not as OpenCV's and FFmpeg's
+            # warnings for each frame and for the unreadable file.
+            cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+            os.environ["OPENCV_FFMPEG_LOGLEVEL"] = "-8"
 
             height, width = frame.shape[:2]
-            writer = cv2.VideoWriter(str(args.video), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
+            writer = cv2.VideoWriter(str(video_part), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
             if not writer.isOpened():
                 raise UserError(f"opencv cannot write an mp4 to {args.video}")
         writer.write(frame[..., ::-1].copy())  # RGB to BGR
@@ -178,19 +195,35 @@ def main(argv: list[str] | None = None) -> int:
             listeners.append(StepLog(log_file, action_names(env)))
 
         def on_step(step: EnvStep | None) -> None:
-            for listener in listeners:
-                listener(step)
+            try:
+                for listener in listeners:
+                    listener(step)
+            except OSError as error:
+                raise WriteFailed(args.actions, error) from None
 
         scores = evaluate(
             model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
             generator=torch.Generator(device=device).manual_seed(args.seed),
             on_step=on_step if listeners else None, precision=policy.precision,
         )
+        if writer is not None:
+            writer.release()
+            finish_video(video_part, args.video, frames_written)
+        if log_file is not None:
+            try:
+                log_file.close()
+            except OSError as error:
+                raise WriteFailed(args.actions, error) from None
     finally:
         if writer is not None:
             writer.release()
-        if log_file is not None:
-            log_file.close()
+        if video_part is not None:
+            video_part.unlink(missing_ok=True)
+        if log_file is not None and not log_file.closed:
+            try:
+                log_file.close()
+            except OSError:
+                pass
         env.close()
     for index, score in enumerate(scores, 1):
         print(f"episode {index}: score {score:g}")

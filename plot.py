@@ -29,7 +29,7 @@ from acer_sync.base.errors import UserError, run_cli
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
     "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "log_seconds",
-    "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy",
+    "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "env_timeout", "eval_every", "eval_episodes", "eval_greedy",
 )
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
 #: its default does (``reward_scale`` 1, no observation normalization, ...).

@@ -25,15 +25,16 @@ import difflib
 import importlib
 import os
 import signal
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector.async_vector_env import _async_worker
+from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
-from atari.errors import UserError
+from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 BACKENDS = ("ale", "subproc", "sync")
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
@@ -54,10 +55,6 @@ SUPPORTED_OBSERVATIONS = (
     f"one-hot for the discrete ones), and uint8 images (H, W), (H, W, C) or (C, H, W) of at least "
     f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}"
 )
-
-
-class EnvWorkerDied(RuntimeError):
-    """A ``subproc`` worker process ended; the message names the env and how it ended."""
 
 
 def _register_ale() -> None:
@@ -317,6 +314,48 @@ def _subproc_worker(*worker_args) -> None:
     _async_worker(*worker_args)
 
 
+#: The VecEnv whose step or reset is running now (in the main thread), for :func:`end_env_calls_within`.
+_CALLING: list = []
+#: The SIGALRM handler before the first open VecEnv put in :func:`_on_alarm`, and how many are open.
+_ALARM = {"previous": None, "open": 0}
+
+
+def _on_alarm(signum, frame) -> None:
+    """SIGALRM: the env call running now (if any) has run out of time."""
+    if _CALLING:
+        _CALLING[-1].expire()
+
+
+def _hold_alarm() -> bool:
+    """Install :func:`_on_alarm` while any VecEnv is open (main thread only); False elsewhere."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if _ALARM["open"] == 0:
+        _ALARM["previous"] = signal.signal(signal.SIGALRM, _on_alarm)
+    _ALARM["open"] += 1
+    return True
+
+
+def _release_alarm() -> None:
+    _ALARM["open"] -= 1
+    if _ALARM["open"] == 0:
+        previous = _ALARM["previous"]
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+def end_env_calls_within(seconds: float, reason: str) -> None:
+    """Make an env step or reset that is running now in the main thread raise
+    :class:`EnvTimedOut` if it has not returned within ``seconds`` (sooner, if its own timeout
+    comes first), its message ending with ``reason``. Called from a signal handler (a stop asked
+    for while an env hangs); does nothing when no env call is running."""
+    if not _CALLING:
+        return
+    remaining = signal.getitimer(signal.ITIMER_REAL)[0]
+    if remaining == 0 or remaining > seconds:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        _CALLING[-1].expiry_reason = reason
+
+
 class VecEnv:
     """A uniform face over the backends.
 
@@ -328,15 +367,30 @@ class VecEnv:
     After each step, ``final_frames[i]`` is the last frame of the episode env i just ended (the
     frame returned is already the next episode's first, as autoreset is SAME_STEP), for the envs
     where ``final_mask[i]``; a truncated episode bootstraps from it.
+
+    Faults are exceptions of their own, each with a one-line message naming the env: an exception
+    raised in an env (any backend) is an :class:`EnvFailed`, as is a non-finite observation or
+    reward; a worker process that died is an :class:`EnvWorkerDied`; a step or reset that takes
+    longer than ``timeout`` seconds (0: no limit) is an :class:`EnvTimedOut`. The timeout is a
+    ``SIGALRM`` timer, armed around each call made in the main thread, whose handler is this
+    module's while a VecEnv made there is open (in other threads, as a Ray trial's, there is none); it ends a hang in Python code or in a wait on a ``subproc``
+    worker, not one inside a C extension that never returns to Python (ale-py's own threads).
     """
 
     def __init__(
         self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None, noop_max: int = NOOP_MAX,
-        num_threads: int = 0,
+        num_threads: int = 0, timeout: float = 0.0,
     ):
         self.info = info
         self.num_envs = num_envs
         self.backend = backend
+        self.timeout = timeout
+        self.steps = 0  # vector steps taken, for the messages
+        self.broken = False  # a call failed part-way: close() terminates instead of asking the envs
+        self.expiry_reason = ""
+        self._calling = ""
+        self._alarm = False  # whether this VecEnv holds the SIGALRM handler (made in the main thread)
+        self._float_frames = np.dtype(info.frame_dtype).kind == "f"  # only these can be NaN
         if backend == "ale":
             if not info.atari:
                 raise UserError(f"--vec-env ale runs Atari games only; use subproc or sync for {info.env_id}")
@@ -377,6 +431,7 @@ class VecEnv:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
         self.final_frames = np.zeros((num_envs, *info.frame_shape), dtype=info.frame_dtype)
         self.final_mask = np.zeros(num_envs, dtype=bool)
+        self._alarm = _hold_alarm()
 
     def _frames(self, obs: np.ndarray) -> np.ndarray:
         if self.backend == "ale":
@@ -402,16 +457,69 @@ class VecEnv:
         )
         return EnvWorkerDied(f"env {index} of {self.num_envs} (worker pid {process.pid}) {how}")
 
-    def _call(self, method, *args, **kwargs):
+    def _call(self, what: str, method, *args, **kwargs):
+        """``method(*args, **kwargs)`` under the timeout, its faults turned into this module's errors.
+
+        gymnasium's AsyncVectorEnv logs a worker's traceback before raising its error again here:
+        on that backend its logger is silenced for the call (the error's own message is reported
+        instead; the workers' warnings are printed by the workers themselves)."""
+        main = self._alarm and threading.current_thread() is threading.main_thread()
+        if main:
+            _CALLING.append(self)
+            if self.timeout > 0:
+                self.expiry_reason = f"did not return within --env-timeout {self.timeout:g} s"
+                signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self._calling = what
+        log_level = gym.logger.min_level
+        if self.backend == "subproc":
+            gym.logger.min_level = gym.logger.ERROR + 1
         try:
             return method(*args, **kwargs)
         except (BrokenPipeError, EOFError, ConnectionResetError):
+            self.broken = True
             raise self._dead_worker() from None
+        except (EnvFailed, UserError):
+            self.broken = True
+            raise
+        except Exception as error:
+            self.broken = True
+            text = str(error).strip()
+            raise EnvFailed(
+                f"{self.info.env_id} raised {type(error).__name__} in {what}" + (f": {text.splitlines()[0]}" if text else "")
+            ) from error
+        finally:
+            self._calling = ""
+            gym.logger.min_level = log_level
+            if main:
+                _CALLING.pop()
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def expire(self) -> None:
+        """End the call running now with :class:`EnvTimedOut` (from the SIGALRM handler)."""
+        if self._calling:
+            raise EnvTimedOut(f"{self.info.env_id}'s {self._calling} {self.expiry_reason}")
+
+    def _check_finite(self, frames: np.ndarray, rewards: np.ndarray | None) -> None:
+        """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or observation."""
+        if (rewards is None or np.isfinite(rewards).all()) and (not self._float_frames or np.isfinite(frames).all()):
+            return
+        checks = [("reward", rewards)] if rewards is not None else []
+        checks.append(("observation", frames.reshape(self.num_envs, -1)))
+        for what, values in checks:
+            finite = np.isfinite(values)
+            if not finite.all():
+                index = int(np.flatnonzero(~finite.reshape(self.num_envs, -1).all(axis=1))[0])
+                value = values[index] if values.ndim == 1 else values[index][~finite[index]][0]
+                raise EnvFailed(
+                    f"env {index} of {self.info.env_id} returned a non-finite {what} ({value}) at its vector step {self.steps}"
+                )
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Reset every env; returns ``(frames, lives)``."""
-        obs, info = self._call(self.env.reset, seed=seed)
-        return self._frames(obs), self._lives(info)
+        obs, info = self._call("reset", self.env.reset, seed=seed)
+        frames = self._frames(obs)
+        self._check_finite(frames, None)
+        return frames, self._lives(info)
 
     def _record_final(self, info: dict, ended: np.ndarray) -> None:
         """Keep the final frames: gymnasium masks them with ``_final_obs``; ale-py's vector env
@@ -427,11 +535,16 @@ class VecEnv:
 
     def step(self, actions: np.ndarray):
         action_dtype = np.float32 if self.info.continuous else np.int64
-        obs, rewards, terminated, truncated, info = self._call(self.env.step, np.asarray(actions, dtype=action_dtype))
+        obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=action_dtype))
+        self.steps += 1
+        frames, rewards = self._frames(obs), np.asarray(rewards, dtype=np.float32)
+        self._check_finite(frames, rewards)
         self._record_final(info, np.logical_or(terminated, truncated))
+        if self._float_frames and self.final_mask.any():
+            self._check_finite(self.final_frames, None)
         return (
-            self._frames(obs),
-            np.asarray(rewards, dtype=np.float32),
+            frames,
+            rewards,
             np.asarray(terminated, dtype=bool),
             np.asarray(truncated, dtype=bool),
             self._lives(info),
@@ -449,14 +562,28 @@ class VecEnv:
         return self.first_env().render()
 
     def close(self) -> None:
-        """Close the envs; after a worker died, terminate the rest instead of waiting on them."""
+        """Close the envs; after a call failed part-way (a worker died, an env raised or hung),
+        terminate the workers instead of waiting on them, and ignore what a broken env raises."""
+        if self._alarm:
+            self._alarm = False
+            _release_alarm()
         processes = getattr(self.env, "processes", [])
-        if any(p.exitcode is not None for p in processes):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # gymnasium warns about the step the dead worker never answered
-                self.env.close(terminate=True)
-        else:
+        if not (self.broken or any(p.exitcode is not None for p in processes)):
             self.env.close()
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # gymnasium warns about the step a dead worker never answered
+            try:
+                if processes:
+                    # The call that failed will never be answered: not waiting for it is what
+                    # gymnasium itself does after a worker's error (AsyncState.DEFAULT), and
+                    # closing would otherwise read the dead worker's pipe and raise again.
+                    self.env._state = AsyncState.DEFAULT
+                    self.env.close(terminate=True)
+                else:
+                    self.env.close()
+            except Exception:  # noqa: BLE001 - the env already failed, and that failure is being reported
+                pass
 
 
 def choose_backend(info: EnvInfo, requested: str = "") -> str:

@@ -15,9 +15,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from acer_sync.base.config import PRECISIONS
+from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
-from acer_sync.nets.build import select_device
+from acer_sync.nets.build import build_model, select_device
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
@@ -28,6 +28,7 @@ from atari.envs import (
     ATARI_STACK,
     NOOP_MAX,
     baselines_life_loss_actions,
+    env_info,
     make_gym_env,
     resolve_spec,
 )
@@ -139,10 +140,27 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__})") from None
+    check_env_fits(path, payload)
     device = device if isinstance(device, torch.device) else select_device(device)
     n = int(spec["n_actions"])
     distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n)
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision)
+
+
+def check_env_fits(path, payload: dict) -> None:
+    """A UserError where the env a checkpoint names is not the one its network was built for (its
+    observations, actions or settings give another network). An env that cannot be made here (a
+    callable of another process, a module not importable here) is not checked."""
+    try:
+        info = env_info(str(payload["env_id"]), dict(payload["config"]["env_kwargs"]))
+        expected = build_model(info, Config(**payload["config"])).spec()
+    except (UserError, TypeError, ValueError):
+        return
+    if expected != payload["model_spec"]:
+        differing = sorted(key for key in set(expected) | set(payload["model_spec"])
+                           if expected.get(key) != payload["model_spec"].get(key))
+        shown = "; ".join(f"{key} {payload['model_spec'].get(key)} (the env gives {expected.get(key)})" for key in differing[:3])
+        raise UserError(f"{path} holds a network that does not fit its env {payload['env_id']}: {shown}")
 
 
 def make_env(

@@ -13,6 +13,10 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import Config
+from acer_sync.base.errors import WriteFailed
+from acer_sync.training.checkpoint import atomic_write
+
+CONFIG_FILE = "config.json"
 
 
 def package_versions() -> dict[str, str]:
@@ -43,6 +47,7 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
 
     :param commit: the git commit of the code, where it was found elsewhere (a sweep's trial runs
         a copy of the code without ``.git``, so sweep.py gives it its own); by default, this code's.
+    :raises WriteFailed: where it cannot be written (written atomically: no half file is left).
     """
     payload = {
         "config": dataclasses.asdict(config),
@@ -50,5 +55,19 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
         "git_commit": git_commit() if commit is None else commit,
         "command": argv,
     }
-    with open(run_dir / "config.json", "w") as handle:
-        json.dump(payload, handle, indent=2, default=str)
+    text = json.dumps(payload, indent=2, default=str)
+    try:
+        atomic_write(run_dir / CONFIG_FILE, lambda handle: handle.write(text.encode()))
+    except OSError as error:
+        raise WriteFailed(run_dir / CONFIG_FILE, error) from None
+
+
+def read_config(run_dir: Path) -> dict | None:
+    """The settings ``config.json`` records (its ``config``), or None where the run has no
+    readable one; a run written before a setting existed lacks that key."""
+    try:
+        payload = json.loads((Path(run_dir) / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    config = payload.get("config") if isinstance(payload, dict) else None
+    return config if isinstance(config, dict) else None

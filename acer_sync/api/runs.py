@@ -18,6 +18,7 @@ training and for evaluation, comes from it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import re
@@ -29,16 +30,17 @@ from typing import Callable, Iterable
 import gymnasium as gym
 import numpy as np
 
-from acer_sync.api.run_metadata import write_config
+from acer_sync.api.run_metadata import read_config, write_config
 from acer_sync.base.config import Config, build_config, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
-from acer_sync.base.errors import UserError
+from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import console, log
-from acer_sync.base.outcome import Outcome
+from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, network_arch
 from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.trainer import RESUMABLE_CHANGES, Trainer
 from atari.envs import EnvInfo, env_info
@@ -51,8 +53,8 @@ EnvSource = str | Callable[[], gym.Env]
 
 class TrainingStopped(RuntimeError):
     """A run that stopped before ``total_timesteps`` and not by a callback: interrupted (SIGINT or
-    SIGTERM, after saving its checkpoint), an env worker that died, or too many non-finite updates
-    in a row.
+    SIGTERM, after saving its checkpoint), an env that failed or hung, a file that could not be
+    written (a full disk), or too many non-finite updates in a row.
 
     ``outcome`` says which (:class:`~acer_sync.base.outcome.Outcome`), and ``outcome.run_dir`` holds
     the checkpoint: ``acer_sync.train(resume=outcome.run_dir)`` continues the run.
@@ -79,8 +81,8 @@ def train(
     :param run_dir: the run directory (default: ``runs/<env>__<seed>__<time>``); it must not
         already hold a run.
     :param resume: continue the run in this directory from its latest checkpoint instead;
-        ``settings`` may then change only ``total_timesteps``, ``device``, ``threads`` and ``precision``, and
-        ``env`` (needed again for a run of a callable) must be the run's own.
+        ``settings`` may then change only ``total_timesteps``, ``device``, ``threads``, ``precision`` and
+        ``env_timeout``, and ``env`` (needed again for a run of a callable) must be the run's own.
     :param callbacks: :class:`~acer_sync.training.callbacks.Callback` instances, called around each
         iteration after the built-in ones (evaluation, progress rows, checkpoints); one that returns
         False stops the run (a checkpoint is saved, and ``train`` returns); an exception raised in
@@ -175,7 +177,14 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         raise
     try:
         if payload is None:
-            write_config(run_dir, config, command, commit=commit)
+            try:
+                write_config(run_dir, config, command, commit=commit)
+            except WriteFailed as error:
+                trainer.close()
+                _remove_empty([run_dir / "checkpoints"])  # the run never started: its directory holds no run
+                lock.release(remove=bool(created))
+                _remove_empty(created)
+                return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
         if on_start is not None:
             on_start(trainer)
         return trainer.train()
@@ -298,6 +307,10 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
             f"{run_dir} was trained on the env that the Python callable {name} makes; resume it from Python "
             f"with acer_sync.train({name.rsplit('.', 1)[-1]}, resume={str(run_dir)!r})"
         )
+    check_recorded_config(run_dir, saved)
+    progress = run_dir / "progress.csv"
+    if progress.exists() and progress.stat().st_size > 0:
+        check_progress(progress)
     info = env_info(config.env, config.env_kwargs)
     check_config(config, info)
     expected = build_model(info, config).spec()
@@ -307,6 +320,25 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
             f"{payload['model_spec']}, not {config.env} with {expected}"
         )
     return config, info, payload
+
+
+def check_recorded_config(run_dir: Path, saved: Config) -> None:
+    """A UserError where the checkpoint's settings are not those the run's ``config.json``
+    recorded (a checkpoint copied in from another run), but for what a resume may change."""
+    recorded = read_config(run_dir)
+    if recorded is None:
+        return
+    differing = [
+        f"{name} {value} (config.json: {recorded[name]})"
+        for name, value in dataclasses.asdict(saved).items()
+        if name not in RESUMABLE_CHANGES and name in recorded and json.loads(json.dumps(value, default=str)) != recorded[name]
+    ]
+    if differing:
+        more = f" and {len(differing) - 3} more" if len(differing) > 3 else ""
+        raise UserError(
+            f"the checkpoint in {run_dir} is not this run's: it has {'; '.join(differing[:3])}{more}; "
+            "put the run's own checkpoint back, or resume the run it came from"
+        )
 
 
 def call_text(env: EnvSource | None, settings: dict) -> str:

@@ -78,6 +78,10 @@ class Config:
     keep_checkpoints: int = _f(5, "periodic checkpoints to keep besides latest.pt (older ones are deleted)")
     save_buffer: bool = _f(False, "also save the replay buffer with each checkpoint (checkpoints/buffer.npz), so a resume replays it")
     max_nonfinite: int = _f(10, "stop after this many non-finite updates in a row (each is skipped)")
+    env_timeout: float = _f(
+        120.0, "seconds an env step or reset may take before the run stops with a checkpoint of its last completed "
+        "iteration (exit code 6; 0: no limit); may change on --resume",
+    )
     eval_every: int = _f(250_000, "agent steps between evaluations on full games in separate envs (0: never)")
     eval_episodes: int = _f(10, "full games per evaluation")
     eval_greedy: bool = _f(False, "evaluate with argmax actions instead of sampling from the policy")
@@ -218,6 +222,7 @@ def validate(config: Config) -> list[str]:
     need(config.max_nonfinite >= 1, "--max-nonfinite must be >= 1")
     need(config.seed >= 0, "--seed must be >= 0")
     need(config.threads >= 0, "--threads must be >= 0 (0: torch's default)")
+    need(math.isfinite(config.env_timeout) and config.env_timeout >= 0, "--env-timeout must be finite and >= 0 (0: no limit)")
     need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
     need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")
     need(math.isfinite(config.reward_scale) and config.reward_scale > 0, "--reward-scale must be finite and > 0")

@@ -16,17 +16,19 @@ import threading
 from typing import Callable
 
 from acer_sync.base.outcome import Outcome, Stop
-from atari.errors import UserError
+from atari.errors import EnvFailed, EnvTimedOut, UserError
 
 __all__ = [
-    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "STOP_SIGNALLED", "UserError", "exit_code",
-    "print_error", "run_cli",
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "EXIT_WRITE_FAILED", "STOP_SIGNALLED",
+    "UserError", "WriteFailed", "exit_code", "print_error", "run_cli",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
 EXIT_TRIAL_FAILED = 1
 #: Bad input: flags, env id, files, settings.
 EXIT_USER_ERROR = 2
+#: A file of the run could not be written (:class:`WriteFailed`), by a run or by a script.
+EXIT_WRITE_FAILED = 5
 #: After SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a checkpoint
 #: first; a second SIGINT exits at once and keeps the previous checkpoint.
 EXIT_INTERRUPTED = 130
@@ -43,10 +45,37 @@ EXIT_CODES: dict[Stop, int] = {
     Stop.FINISHED: 0,
     Stop.INTERRUPTED: EXIT_INTERRUPTED,
     Stop.ENV_DIED: 3,  # a checkpoint was written first
+    Stop.ENV_FAILED: 3,  # an env raised or returned NaN: a checkpoint of the last completed iteration
     Stop.NONFINITE: 4,  # the last good checkpoint is kept
+    Stop.WRITE_FAILED: 5,  # a full disk, say: the last checkpoint written is kept
+    Stop.ENV_TIMEOUT: 6,  # an env hung past --env-timeout: a checkpoint of the last completed iteration
     Stop.CALLBACK: 0,  # a callback stopped it (--stop-at-reward reached): a checkpoint was written
     Stop.CALLBACK_FAILED: 1,  # a user's callback raised (the library raises it on; no script returns this)
 }
+
+
+class WriteFailed(Exception):
+    """A file could not be written: a full disk, a lost mount, no permission. Its message names
+    the path and the cause in one line. Whatever was there before stays whole (files are written
+    atomically); a run stops with :attr:`Stop.WRITE_FAILED <acer_sync.base.outcome.Stop>`.
+
+    ``cause`` is the error the write raised, or the reason in words. A library may wrap the OS's
+    error in its own (``torch.save`` raises a RuntimeError about zip positions, the OSError in its
+    context), so the first OSError in the chain names the cause."""
+
+    def __init__(self, path, cause: BaseException | str):
+        super().__init__(f"cannot write {path}: {cause if isinstance(cause, str) else _reason(cause)}")
+        self.path = path
+
+
+def _reason(error: BaseException) -> str:
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def print_error(prog: str, message: str) -> None:
@@ -62,8 +91,9 @@ def exit_code(outcome: Outcome, prog: str) -> int:
 
 
 def run_cli(main: Callable[[], int | None], prog: str) -> None:
-    """Run ``main``; a :class:`UserError` becomes ``prog: error: message`` and exit 2, and a
-    Ctrl-C that ``main`` did not handle itself becomes one line and exit 130, never a traceback.
+    """Run ``main``; a :class:`UserError` becomes ``prog: error: message`` and exit 2, a
+    :class:`WriteFailed` or a failed env the same line and their exit codes, and a Ctrl-C that
+    ``main`` did not handle itself one line and exit 130, never a traceback.
 
     The Trainer handles SIGINT itself while it trains, and gives the handler back when it returns.
     run_cli's handler covers the rest of the process's life, the Trainer's teardown included (env
@@ -74,6 +104,12 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     except UserError as error:
         print_error(prog, str(error))
         sys.exit(EXIT_USER_ERROR)
+    except WriteFailed as error:
+        print_error(prog, str(error))
+        sys.exit(EXIT_WRITE_FAILED)
+    except EnvFailed as error:  # outside a run (play.py): a run turns it into its outcome
+        print_error(prog, str(error))
+        sys.exit(EXIT_CODES[Stop.ENV_TIMEOUT if isinstance(error, EnvTimedOut) else Stop.ENV_FAILED])
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED

@@ -21,6 +21,15 @@ class Stop(enum.Enum):
     INTERRUPTED = "stopped by SIGINT or SIGTERM"
     #: An env worker process died; a checkpoint was written first.
     ENV_DIED = "an env worker process died"
+    #: An env raised an exception, or returned a non-finite observation or reward (training or
+    #: evaluation); a checkpoint of the last completed iteration was written first.
+    ENV_FAILED = "an env failed"
+    #: An env step or reset did not return within ``env_timeout`` seconds; a checkpoint of the last
+    #: completed iteration was written first.
+    ENV_TIMEOUT = "an env did not answer within env_timeout"
+    #: A file of the run could not be written (a full disk, a lost mount, no permission): the
+    #: checkpoint written before stays, and nothing was left half-written.
+    WRITE_FAILED = "a file of the run could not be written"
     #: ``max_nonfinite`` non-finite updates in a row; the last good checkpoint is kept.
     NONFINITE = "too many non-finite updates in a row"
     #: A callback asked to stop (returned False), e.g. the reward to stop at was reached; a

@@ -303,7 +303,8 @@ class ReplayBuffer:
 
         The newest stored segment's last step is marked done: the restart cut its episode, and
         the next segment's first frame (a fresh reset) takes the slot of its bootstrap frame.
-        Raises ValueError when the arrays do not fit this buffer's shapes or lack a field.
+        Raises ValueError when the arrays do not fit this buffer's shapes, lack a field, or hold
+        counters that no run of this buffer could have written.
         """
         arrays = migrate_buffer(arrays)
         targets = {f.name: self.arrays[f.name] for f in self.fields}
@@ -313,9 +314,21 @@ class ReplayBuffer:
                 raise ValueError(f"the saved buffer has no {name}")
             if arrays[name].shape != target.shape or arrays[name].dtype != target.dtype:
                 raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {target.shape} {target.dtype}")
+        counters = np.asarray(arrays["counters"])
+        if counters.shape != (2,):
+            raise ValueError(f"counters is {counters.shape}, expected (2,)")
+        steps_written, segments_stored = (int(v) for v in counters)
+        if not (
+            0 <= segments_stored <= self.nsegments and steps_written >= 0 and steps_written % self.nsteps == 0
+            and segments_stored == min(steps_written // self.nsteps, self.nsegments)
+        ):
+            raise ValueError(
+                f"its counters ({steps_written} steps written, {segments_stored} segments stored) do not fit a buffer "
+                f"of {self.nsegments} segments of {self.nsteps} steps"
+            )
         for name, target in targets.items():
             target[...] = arrays[name]
-        self.steps_written, self.segments_stored = (int(v) for v in arrays["counters"])
+        self.steps_written, self.segments_stored = steps_written, segments_stored
         if self.segments_stored:
             last_step = (self.steps_written - 1) % self.step_capacity
             self.arrays["dones"][last_step] = True

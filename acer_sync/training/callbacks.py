@@ -142,7 +142,8 @@ def next_multiple(value: int, every: int) -> int:
 class CheckpointCallback(Callback):
     """``checkpoints/latest.pt`` every ``checkpoint_every`` steps (with a ``step_*.pt`` copy, the
     newest ``keep_checkpoints`` kept) and at the end, unless non-finite updates stopped the run (the
-    last good one stays); the replay buffer beside it with ``save_buffer``. ``on_checkpoint`` is
+    last good one stays, as after a failed write); the replay buffer beside it with ``save_buffer``,
+    marked with the checkpoint's step. ``on_checkpoint`` is
     called with the path of ``latest.pt`` after each."""
 
     def __init__(self, run_dir: Path, config: Config, on_checkpoint: Callable[[Path], None] | None = None):
@@ -162,23 +163,25 @@ class CheckpointCallback(Callback):
             self.next_checkpoint += self.config.checkpoint_every
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        if outcome.stop is Stop.NONFINITE:
+        if outcome.stop in (Stop.NONFINITE, Stop.WRITE_FAILED):
             return
         if outcome.stop is Stop.INTERRUPTED:
             log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
         self.save(trainer, periodic=False)
 
     def save(self, trainer, periodic: bool) -> None:
-        """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if asked."""
+        """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if
+        asked; ``trainer.checkpoint_step`` says the step ``latest.pt`` holds once it is written."""
         payload = trainer_payload(trainer)
         save_checkpoint(self.directory / LATEST, payload)
+        trainer.checkpoint_step = trainer.timesteps
         if periodic:
             save_checkpoint(self.directory / f"step_{trainer.timesteps:010d}.pt", payload)
             periodic_files = sorted(self.directory.glob("step_*.pt"))
             for old in periodic_files[: max(0, len(periodic_files) - self.config.keep_checkpoints)]:
                 old.unlink()
         if self.config.save_buffer:
-            save_buffer(self.directory, trainer.buffer)
+            save_buffer(self.directory, trainer.buffer, trainer.timesteps)
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.directory / LATEST)
 
@@ -217,7 +220,10 @@ class EvalCallback(Callback):
         cfg = self.config
         start = time.perf_counter()
         if self.env is None:
-            self.env = VecEnv(trainer.info, min(cfg.eval_episodes, cfg.num_envs), trainer.env.backend, num_threads=cfg.threads)
+            self.env = VecEnv(
+                trainer.info, min(cfg.eval_episodes, cfg.num_envs), trainer.env.backend, num_threads=cfg.threads,
+                timeout=cfg.env_timeout,
+            )
         scores = evaluate(
             trainer.model, self.env, cfg.eval_episodes, trainer.device, greedy=cfg.eval_greedy,
             seed=cfg.seed + 1_000_003 * (1 + trainer.timesteps // max(cfg.eval_every, 1)), generator=self.generator,

@@ -23,13 +23,14 @@ import dataclasses
 import os
 import pickle
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from acer_sync.base.config import setting_defaults
-from acer_sync.base.errors import UserError
+from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.training.rng_state import capture_rng, restore_rng
 from atari.envs import env_info
 
@@ -63,11 +64,13 @@ def atomic_write(path: Path, write) -> None:
 
 
 def save_checkpoint(path: Path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically; a :class:`WriteFailed` naming the path and the
+    cause if it cannot (torch's zip writer turns the OS's error into a RuntimeError)."""
     payload = {"format": FORMAT_VERSION, **payload}
     try:
         atomic_write(path, lambda handle: torch.save(payload, handle))
-    except OSError as error:
-        raise UserError(f"cannot write checkpoint {path}: {error.strerror or error}") from None
+    except (OSError, RuntimeError) as error:
+        raise WriteFailed(path, error) from None
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -166,9 +169,73 @@ def trainer_payload(trainer) -> dict:
     }
 
 
-def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator) -> dict:
-    """Load a checkpoint's weights, optimizer, episodes and generators into a new run's parts;
-    returns its counters (``timesteps``, ``iterations``, ``updates``, ``time_elapsed``)."""
+#: The counters every checkpoint holds (format 2), each a whole number >= 0 but ``time_elapsed``.
+COUNTERS = ("timesteps", "iterations", "updates", "episodes", "nonfinite_updates", "time_elapsed")
+
+
+def check_restorable(payload: dict, model, agent, steps_per_iteration: int) -> None:
+    """A one-line UserError where ``payload`` cannot be a checkpoint of this run's network and
+    optimizer: a missing or nonsensical counter, a tensor of another name or shape. Checked before
+    anything is loaded or any file of the run is touched."""
+    counters = payload.get("counters")
+    if not isinstance(counters, dict):
+        raise UserError("the checkpoint holds no counters")
+    for name in COUNTERS:
+        value = counters.get(name)
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = whole or (name == "time_elapsed" and isinstance(value, float) and np.isfinite(value))
+        if not number or value < 0:
+            raise UserError(f"the checkpoint's counter {name} is {'missing' if value is None else repr(value)}, not a number >= 0")
+    if counters["timesteps"] != counters["iterations"] * steps_per_iteration:
+        raise UserError(
+            f"the checkpoint's counters disagree: {counters['timesteps']} steps is not {counters['iterations']} "
+            f"iterations of {steps_per_iteration} steps"
+        )
+    if not counters["iterations"] <= counters["updates"] or counters["nonfinite_updates"] > counters["updates"]:
+        raise UserError(
+            f"the checkpoint's counters disagree: {counters['updates']} updates for {counters['iterations']} iterations "
+            f"and {counters['nonfinite_updates']} non-finite updates"
+        )
+    for key, module in (("model", model), ("average_model", agent.average_model)):
+        _check_tensors(f"checkpoint's {key}", payload.get(key), module.state_dict())
+    _check_optimizer(payload.get("optimizer"), agent.optimizer)
+
+
+def _check_tensors(what: str, saved, expected: dict) -> None:
+    if not isinstance(saved, dict):
+        raise UserError(f"the {what} is missing")
+    missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
+    if missing or extra:
+        raise UserError(f"the {what} has other tensors than this network: missing {missing[:3]}, unexpected {extra[:3]}")
+    for name, tensor in expected.items():
+        if not isinstance(saved[name], torch.Tensor) or saved[name].shape != tensor.shape:
+            shape = tuple(saved[name].shape) if isinstance(saved[name], torch.Tensor) else type(saved[name]).__name__
+            raise UserError(f"the {what} has {name} of shape {shape}; this network's is {tuple(tensor.shape)}")
+
+
+def _check_optimizer(saved, optimizer) -> None:
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if not isinstance(groups, list) or not isinstance(saved.get("state"), dict):
+        raise UserError("the checkpoint's optimizer state is missing")
+    if sum(len(group.get("params", ())) for group in groups) != len(params):
+        raise UserError("the checkpoint's optimizer holds another number of parameters than this network")
+    for index, state in saved["state"].items():
+        if not isinstance(index, int) or not 0 <= index < len(params):
+            raise UserError(f"the checkpoint's optimizer has state for parameter {index!r}, which this network lacks")
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != params[index].shape:
+                raise UserError(
+                    f"the checkpoint's optimizer state {name} of parameter {index} is {tuple(value.shape)}; the "
+                    f"parameter is {tuple(params[index].shape)}"
+                )
+
+
+def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator, steps_per_iteration: int) -> dict:
+    """Load a checkpoint's weights, optimizer, episodes and generators into a new run's parts,
+    once :func:`check_restorable` found nothing wrong; returns its counters (``timesteps``,
+    ``iterations``, ``updates``, ``time_elapsed``)."""
+    check_restorable(payload, model, agent, steps_per_iteration)
     model.load_state_dict(payload["model"])
     agent.average_model.load_state_dict(payload["average_model"])
     agent.optimizer.load_state_dict(payload["optimizer"])
@@ -181,22 +248,47 @@ def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator) 
     return {name: counters[name] for name in ("timesteps", "iterations", "updates", "time_elapsed")}
 
 
-def save_buffer(directory: Path, buffer) -> None:
-    """Write ``buffer``'s state to ``directory/buffer.npz``, atomically; a UserError if it cannot."""
+def save_buffer(directory: Path, buffer, timesteps: int) -> None:
+    """Write ``buffer``'s state to ``directory/buffer.npz`` atomically, with ``timesteps``, the
+    step of the checkpoint it belongs to (:func:`load_buffer` uses it with that checkpoint only);
+    a :class:`WriteFailed` if it cannot."""
+    arrays = {**buffer.state(), "checkpoint_step": np.array(timesteps, dtype=np.int64)}
     try:
-        atomic_write(directory / BUFFER_FILE, lambda handle: np.savez(handle, **buffer.state()))
-    except OSError as error:
-        raise UserError(f"cannot write the replay buffer to {directory / BUFFER_FILE}: {error.strerror or error}") from None
+        atomic_write(directory / BUFFER_FILE, lambda handle: np.savez(handle, **arrays))
+    except (OSError, ValueError) as error:
+        raise WriteFailed(directory / BUFFER_FILE, error) from None
 
 
-def load_buffer(run_dir: Path, buffer) -> str:
-    """Restore the buffer saved beside a run's checkpoint, if any; says what happened."""
+def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
+    """Restore the buffer saved beside a run's checkpoint at step ``timesteps``, if any; says what
+    happened. A buffer saved at another step (a save cut short by a signal, a kill or a full
+    disk) is not used: replay starts empty. One that cannot be read, or whose contents do not fit
+    this run, is a UserError (nothing of the run is changed yet)."""
     path = Path(run_dir) / "checkpoints" / BUFFER_FILE
     if not path.exists():
         return "no saved replay buffer, so it starts empty on resume"
     try:
         with np.load(path, allow_pickle=False) as arrays:
+            saved_step = int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
+            if saved_step is not None and saved_step != timesteps:
+                return (
+                    f"the saved replay buffer is from step {saved_step}, not the checkpoint's {timesteps}, so it is "
+                    "not used: replay starts empty"
+                )
             buffer.load_state(arrays)
-    except (OSError, ValueError, KeyError, EOFError) as error:
-        raise UserError(f"cannot restore the replay buffer from {path}: {error}") from None
-    return f"replay resumes with the saved buffer ({buffer.num_steps_stored} steps per env)"
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise UserError(
+            f"cannot restore the replay buffer from {path}: {str(error).strip() or type(error).__name__}; move it "
+            "away to resume with an empty replay"
+        ) from None
+    unchecked = "" if saved_step is not None else " (saved before buffers recorded their checkpoint's step: not checked)"
+    return f"replay resumes with the saved buffer ({buffer.num_steps_stored} steps per env){unchecked}"
+
+
+def remove_leftovers(run_dir: Path) -> list[Path]:
+    """Remove the temporary files of writes that a kill cut short (``.NAME.*.tmp``, see
+    :func:`atomic_write`) from a run directory and its checkpoints; returns them."""
+    leftovers = [p for folder in (Path(run_dir), Path(run_dir) / "checkpoints") for p in folder.glob(".*.tmp")]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import csv
 import math
+import threading
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.training.checkpoint import atomic_write
+
+
+def _quiet_tensorboard_thread(args) -> None:
+    """``threading.excepthook`` without the traceback of TensorBoard's writer thread: its error
+    (a full disk, say) is raised again by the writer's next ``flush`` in the run's own thread,
+    where :meth:`Logger.log` reports it in one line. Any other thread's goes to the hook before."""
+    if type(args.thread).__name__ == "_AsyncWriterThread":
+        return
+    _previous_excepthook(args)
+
+
+_previous_excepthook = threading.excepthook
+threading.excepthook = _quiet_tensorboard_thread
 
 
 class Logger:
@@ -18,36 +33,68 @@ class Logger:
     columns, after the rows past that step are dropped: a process killed after its last checkpoint
     logged them, and the resumed run logs those steps again. TensorBoard is opened with
     ``purge_step=resume_step + 1``, so it hides that process's events past the checkpoint too.
-    Each row is flushed to both as it is logged, so a crash loses no row before it.
+    Each row is flushed to both as it is logged, so a crash loses no row before it. A write that
+    fails (a full disk) raises :class:`~acer_sync.base.errors.WriteFailed` naming the file.
     """
 
     def __init__(self, run_dir: Path, resume_step: int | None = None):
         self.csv_path = Path(run_dir) / "progress.csv"
+        self.tb_path = Path(run_dir) / "tb"
         self.columns: list[str] | None = None
         if self.csv_path.exists() and self.csv_path.stat().st_size > 0:
-            with open(self.csv_path, newline="") as handle:
-                self.columns = next(csv.reader(handle), None)
+            self.columns = check_progress(self.csv_path)
             if resume_step is not None:
-                drop_rows_after(self.csv_path, resume_step)
-        self.csv_file = open(self.csv_path, "a", newline="")
-        purge_step = None if resume_step is None else resume_step + 1
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge_step)
+                try:
+                    drop_rows_after(self.csv_path, resume_step)
+                except OSError as error:
+                    raise WriteFailed(self.csv_path, error) from None
+        try:
+            self.csv_file = open(self.csv_path, "a", newline="")
+            purge_step = None if resume_step is None else resume_step + 1
+            self.writer = SummaryWriter(log_dir=str(self.tb_path), purge_step=purge_step)
+        except OSError as error:
+            raise WriteFailed(self.csv_path if not hasattr(self, "csv_file") else self.tb_path, error) from None
 
     def log(self, row: dict[str, float]) -> None:
-        if self.columns is None:
-            self.columns = list(row)
-            csv.writer(self.csv_file).writerow(self.columns)
-        csv.writer(self.csv_file).writerow([_format(row.get(name, float("nan"))) for name in self.columns])
-        self.csv_file.flush()
+        try:
+            if self.columns is None:
+                self.columns = list(row)
+                csv.writer(self.csv_file).writerow(self.columns)
+            csv.writer(self.csv_file).writerow([_format(row.get(name, float("nan"))) for name in self.columns])
+            self.csv_file.flush()
+        except OSError as error:
+            raise WriteFailed(self.csv_path, error) from None
         step = int(row["total_timesteps"])
-        for name, value in row.items():
-            if name != "total_timesteps" and isinstance(value, (int, float)) and math.isfinite(value):
-                self.writer.add_scalar(name, value, step)
-        self.writer.flush()
+        try:
+            for name, value in row.items():
+                if name != "total_timesteps" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(name, value, step)
+            self.writer.flush()
+        except OSError as error:
+            raise WriteFailed(self.tb_path, error) from None
 
     def close(self) -> None:
-        self.csv_file.close()
-        self.writer.close()
+        """Close both files; a failed write is reported by :meth:`log`, not again here."""
+        for closer in (self.csv_file.close, self.writer.close):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+def check_progress(csv_path: Path) -> list[str]:
+    """The columns of ``progress.csv``; a UserError where its header is damaged: not starting with
+    ``total_timesteps``, or with another number of columns than its complete rows."""
+    with open(csv_path, newline="") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    header = next(csv.reader(lines[:1]), [])
+    widths = {len(next(csv.reader([line]), [])) for line in lines[1:] if line.endswith("\n")}
+    if header[:1] != ["total_timesteps"] or len(widths) > 1 or (widths and widths != {len(header)}):
+        raise UserError(
+            f"{csv_path} has a damaged header ({len(header)} columns, starting {','.join(header[:2])!r}; its rows have "
+            f"{', '.join(map(str, sorted(widths))) or 'no'} columns): restore its first line, or move the file away"
+        )
+    return header
 
 
 def drop_rows_after(csv_path: Path, step: int) -> None:

@@ -21,7 +21,7 @@ from acer_sync.replay.buffer import Field, ReplayBuffer, buffer_fields
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import Callback, CallbackList, run_callbacks
-from acer_sync.training.checkpoint import load_buffer, restore
+from acer_sync.training.checkpoint import load_buffer, remove_leftovers, restore
 from acer_sync.training.trainer import Parts, Trainer
 from atari.envs import EnvInfo, VecEnv, choose_backend
 from atari.episodes import EpisodeTracker
@@ -97,7 +97,8 @@ def build_trainer(
     if warning is not None:
         log.warning(warning)
     tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
-    counters = restore(resume, model, agent, tracker, sampler) if resume is not None else {}
+    steps_per_iteration = config.num_envs * config.nsteps
+    counters = restore(resume, model, agent, tracker, sampler, steps_per_iteration) if resume is not None else {}
 
     buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
     per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
@@ -106,8 +107,12 @@ def build_trainer(
         f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
     )
     if resume is not None:
-        log.info(f"resuming at step {counters['timesteps']}: {load_buffer(run_dir, buffer)}")
-    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads)
+        log.info(f"resuming at step {counters['timesteps']}: {load_buffer(run_dir, buffer, counters['timesteps'])}")
+        for leftover in remove_leftovers(run_dir):
+            log.info(f"removed {leftover}, left by a write that was cut short")
+    env = VecEnv(
+        info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads, timeout=config.env_timeout,
+    )
     runner = Runner(
         env, model, device, config.nsteps, tracker, fields, timer, reward_scale=config.reward_scale,
         precision=config.precision,

@@ -6,10 +6,19 @@ import signal
 import threading
 
 from acer_sync.base.errors import STOP_SIGNALLED
+from atari.envs import end_env_calls_within
+
+#: Seconds an env step or reset that is running when a stop signal comes may still take: a hung
+#: env is abandoned then, and the run saves its checkpoint (well within 20 s of the signal).
+STOP_GRACE_SECONDS = 10.0
 
 
 class GracefulStop:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second SIGINT stops at once.
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second one stops at once.
+
+    The loop sees the flag after its iteration. An env step that is running when the first
+    signal comes gets :data:`STOP_GRACE_SECONDS` to return; past them it raises
+    :class:`~atari.errors.EnvTimedOut`, so a hung env cannot keep a run from stopping.
 
     Python lets only the main thread install signal handlers. Elsewhere (a Ray Tune trial runs the
     Trainer in a worker thread) it installs none and the signals keep their owner's handling.
@@ -17,7 +26,8 @@ class GracefulStop:
 
     def __init__(self):
         self.signal_name: str | None = None
-        self.interrupted_twice = False
+        #: The name of a second signal, which raises KeyboardInterrupt wherever the run was.
+        self.second_signal: str | None = None
         self._previous = {}
 
     def __enter__(self):
@@ -33,14 +43,20 @@ class GracefulStop:
         if self.signal_name is None:
             self.signal_name = reason
 
+    @property
+    def interrupted_twice(self) -> bool:
+        return self.second_signal is not None
+
     def _handle(self, signum, frame):
+        name = signal.Signals(signum).name
         if self.signal_name is not None:
             # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
             # zip writer raises a RuntimeError from its __exit__), so remember that it came.
-            self.interrupted_twice = True
+            self.second_signal = name
             raise KeyboardInterrupt
-        self.signal_name = signal.Signals(signum).name
+        self.signal_name = name
         STOP_SIGNALLED.set()  # from here on, the scripts' own handler exits at once (after train() returns, too)
+        end_env_calls_within(STOP_GRACE_SECONDS, f"had not returned {STOP_GRACE_SECONDS:g} s after {name}")
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import Config
-from acer_sync.base.errors import UserError
+from acer_sync.base.errors import WriteFailed
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.timing import PhaseTimer
@@ -28,11 +28,12 @@ from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import CallbackFailed, CallbackList
 from acer_sync.training.progress import UpdateStats
 from acer_sync.training.signals import GracefulStop
-from atari.envs import EnvInfo, EnvWorkerDied, VecEnv
+from atari.envs import EnvInfo, VecEnv
 from atari.episodes import EpisodeTracker
+from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied
 
 #: Config fields that may differ between a run and its resume.
-RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision")
+RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision", "env_timeout")
 
 
 @dataclass
@@ -52,8 +53,9 @@ class Parts:
 
 
 class Trainer:
-    """Runs the iteration until ``total_timesteps``, a signal, a callback's stop, a dead env worker
-    or too many non-finite updates, and says which (:class:`~acer_sync.base.outcome.Outcome`).
+    """Runs the iteration until ``total_timesteps``, a signal, a callback's stop, an env that
+    failed or hung, a write that failed, or too many non-finite updates, and says which
+    (:class:`~acer_sync.base.outcome.Outcome`).
 
     :param config: the run's settings.
     :param info: what the env looks like (:func:`atari.envs.env_info`).
@@ -81,6 +83,8 @@ class Trainer:
         self.lr = learning_rate(config.lr_schedule, config.lr, self.timesteps, config.total_timesteps)
         self.update_stats = UpdateStats()
         self.stop = GracefulStop()
+        #: The step ``checkpoints/latest.pt`` holds (set by the checkpoint callback); None before the first.
+        self.checkpoint_step: int | None = self.timesteps if counters else None
         self.on_close = on_close
 
     def collect(self) -> None:
@@ -142,7 +146,8 @@ class Trainer:
                 # the vector envs' finalizers terminate their workers.
                 if not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
                     raise
-                return self._outcome(Stop.INTERRUPTED, "second SIGINT: exiting at once; the previous checkpoint is kept")
+                second = stop.second_signal or "SIGINT"
+                return self._outcome(Stop.INTERRUPTED, f"second {second}: exiting at once; {self._checkpoint_kept()}")
 
     def _run(self, stop: GracefulStop) -> Outcome:
         cfg = self.config
@@ -157,11 +162,18 @@ class Trainer:
                         Stop.NONFINITE, f"{self.agent.nonfinite_streak} non-finite updates in a row at step "
                         f"{self.timesteps}; stopped, keeping the last good checkpoint",
                     ))
-        except EnvWorkerDied as error:
-            try:
-                return self._end(self._outcome(Stop.ENV_DIED, f"{error}; saved a checkpoint at step {self.timesteps}"))
-            except UserError as save_error:
-                raise UserError(f"{error}; and the checkpoint at step {self.timesteps} failed: {save_error}") from None
+        except EnvFailed as error:
+            # The iteration it broke is dropped: the checkpoint holds the last one completed. After
+            # a stop signal, an env that hung past the grace period, or workers that the signal
+            # ended too (a SIGTERM to the process group), are part of that stop.
+            if stop.signal_name is not None:
+                stop_kind = Stop.INTERRUPTED
+            else:
+                stop_kind = Stop.ENV_TIMEOUT if isinstance(error, EnvTimedOut) else (
+                    Stop.ENV_DIED if isinstance(error, EnvWorkerDied) else Stop.ENV_FAILED)
+            return self._end(self._outcome(stop_kind, f"{error}; saved a checkpoint at step {self.timesteps}"))
+        except WriteFailed as error:
+            return self._end(self._outcome(Stop.WRITE_FAILED, f"{error}; {self._checkpoint_kept()}"))
         except CallbackFailed as failure:
             log.info(f"a callback raised {type(failure.error).__name__}: saving a checkpoint at step {self.timesteps}")
             self._end(self._outcome(Stop.CALLBACK_FAILED, f"{type(failure.error).__name__}: {failure.error}"))
@@ -173,10 +185,22 @@ class Trainer:
         return self._end(self._outcome(Stop.INTERRUPTED if stop.signal_name is not None else Stop.FINISHED))
 
     def _end(self, outcome: Outcome) -> Outcome:
-        """The callbacks' ``on_training_end`` (the checkpoint is saved there), then :meth:`close`."""
-        self.callbacks.on_training_end(self, outcome)
-        self.close()
+        """The callbacks' ``on_training_end`` (the checkpoint is saved there), then :meth:`close`.
+        A write that fails there (the final checkpoint on a full disk) becomes the outcome."""
+        try:
+            self.callbacks.on_training_end(self, outcome)
+        except WriteFailed as error:
+            before = f"{outcome.error}; then " if outcome.error else ""
+            outcome = self._outcome(Stop.WRITE_FAILED, f"{before}{error}; {self._checkpoint_kept()}")
+        finally:
+            self.close()
         return outcome
+
+    def _checkpoint_kept(self) -> str:
+        """What the run directory holds to resume from, in words."""
+        if self.checkpoint_step is None:
+            return "no checkpoint was written"
+        return f"checkpoints/latest.pt holds step {self.checkpoint_step}"
 
     def _outcome(self, stop: Stop, error: str = "", message: str = "") -> Outcome:
         return Outcome(stop, self.run_dir, self.timesteps, error, message)
