@@ -128,10 +128,12 @@ def wait_for(condition, what: str, process: subprocess.Popen, log: Path, seconds
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
 
 
-class NaNRewardsAfter(gym.Wrapper):
-    """CartPole whose rewards are NaN from this env instance's step ``first_nan_step`` on."""
+class OverflowingRewardsAfter(gym.Wrapper):
+    """CartPole whose rewards are 3e38 from this env instance's step ``first_huge_step`` on: finite
+    as the env returns them (so the env check lets them through), they overflow float32 in the
+    returns, and every update from then on is non-finite."""
 
-    first_nan_step = 30
+    first_huge_step = 30
 
     def __init__(self):
         super().__init__(gym.make("CartPole-v1"))
@@ -140,4 +142,4 @@ class NaNRewardsAfter(gym.Wrapper):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.steps += 1
-        return obs, float("nan") if self.steps >= self.first_nan_step else reward, terminated, truncated, info
+        return obs, 3e38 if self.steps >= self.first_huge_step else reward, terminated, truncated, info

@@ -18,7 +18,7 @@ from acer_sync.rollout.actor import Actor
 from acer_sync.training.checkpoint import load_checkpoint
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import NaNRewardsAfter, NeverFire, read_progress
+from helpers import NeverFire, OverflowingRewardsAfter, read_progress
 
 #: A few hundred CartPole steps in this process: 2 envs x 20 steps per iteration.
 SMALL = dict(num_envs=2, total_timesteps=200, vec_env="sync", device="cpu", eval_every=0, log_interval=1, hidden="16")
@@ -148,15 +148,15 @@ def test_bad_input_is_one_user_error_line_and_leaves_no_directory(tmp_path, caps
     no_error_lines(capsys)
 
 
-class NaNRewards(NaNRewardsAfter):
-    """CartPole whose rewards are NaN from its 30th step."""
+class HugeRewards(OverflowingRewardsAfter):
+    """CartPole whose rewards overflow float32 returns from its 30th step."""
 
-    first_nan_step = 30
+    first_huge_step = 30
 
 
 def test_a_run_that_stops_raises_training_stopped_and_prints_no_error_line(tmp_path, capsys):
     with pytest.raises(acer_sync.TrainingStopped) as stopped:
-        acer_sync.train(NaNRewards, run_dir=tmp_path / "run", progress_bar=False,
+        acer_sync.train(HugeRewards, run_dir=tmp_path / "run", progress_bar=False,
                         **{**SMALL, "total_timesteps": 4000, "max_nonfinite": 2})
     outcome = stopped.value.outcome
     assert outcome.stop is Stop.NONFINITE and outcome.run_dir == tmp_path / "run"

@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import pickle
+import resource
 import signal
 import subprocess
 import sys
@@ -199,6 +200,20 @@ def test_missing_checkpoints(tmp_path):
     assert "holds no checkpoint" in one_line_error(run("play.py", tmp_path / "empty"))
 
 
+def test_play_on_a_full_disk_leaves_no_broken_video_and_exits_5(pong_run, tmp_path):
+    def full_after_30_kb() -> None:  # writes past 30 kB fail (EFBIG), as on a full disk (ENOSPC)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
+
+    video = tmp_path / "pong.mp4"
+    result = subprocess.run([sys.executable, str(ROOT / "play.py"), str(pong_run), "--episodes", "1", "--video", str(video)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=full_after_30_kb)
+    assert result.returncode == 5, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"play.py: error: cannot write {video}: only "), result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither a broken mp4 nor its temporary file
+
+
 def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
     payload = load_checkpoint(pong_run)
     payload["model_spec"]["n_actions"] = 4
@@ -207,7 +222,7 @@ def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
     payload["model"]["q_head.weight"] = payload["model"]["q_head.weight"][:4]
     payload["model"]["q_head.bias"] = payload["model"]["q_head.bias"][:4]
     save_checkpoint(tmp_path / "other.pt", payload)
-    assert "was made for" in one_line_error(run("play.py", tmp_path / "other.pt"))
+    assert "does not fit its env PongNoFrameskip-v4: n_actions 4 (the env gives 6)" in one_line_error(run("play.py", tmp_path / "other.pt"))
 
 
 def test_render_without_display_says_so(pong_run):

@@ -9,6 +9,7 @@ resumed run logs again from the checkpoint's step. The crash is reproduced exact
 from __future__ import annotations
 
 import shutil
+import time
 
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -42,6 +43,10 @@ def test_resume_after_a_crash_drops_the_rows_and_events_past_the_checkpoint(tmp_
         with open(tmp_path / "progress.csv", "a") as handle:
             handle.write("220,22,22,1.")  # the row the kill cut short
         payload = load_checkpoint(tmp_path)
+        # TensorBoard reads event files in name order: time in whole seconds, host, pid, then a
+        # counter of the writers this process made, compared as text ("10" < "9"). A real resume
+        # is a later process; here, a later second puts the resumed writer's file after the first.
+        time.sleep(1.05)
         assert build_trainer(config, info, tmp_path, resume=payload, progress_bar=False).train().finished
     finally:
         torch.set_num_threads(threads_before)

@@ -20,7 +20,7 @@ from acer_sync.training.callbacks import CheckpointCallback
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from helpers import ROOT, NaNRewardsAfter, one_line_error, read_progress, start_long_cartpole_run
+from helpers import ROOT, OverflowingRewardsAfter, one_line_error, read_progress, start_long_cartpole_run
 
 
 def cartpole_config(**overrides):
@@ -108,19 +108,19 @@ def test_resume_without_saved_buffer_says_it_starts_empty(tmp_path, caplog):
     assert "no saved replay buffer, so it starts empty on resume" in caplog.text
 
 
-class NaNRewardCartPole(NaNRewardsAfter):
-    """CartPole whose rewards turn NaN after 150 steps of this env instance."""
+class HugeRewardCartPole(OverflowingRewardsAfter):
+    """CartPole whose rewards overflow float32 returns after 150 steps of this env instance."""
 
-    first_nan_step = 151
+    first_huge_step = 151
 
 
-gym.register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole)
+gym.register("HugeRewardCartPole-v0", entry_point=HugeRewardCartPole)
 
 
 def test_nonfinite_updates_are_skipped_counted_and_stop_the_run(tmp_path, capsys):
-    config = cartpole_config(env="NaNRewardCartPole-v0", total_timesteps=5_000, checkpoint_every=40,
+    config = cartpole_config(env="HugeRewardCartPole-v0", total_timesteps=5_000, checkpoint_every=40,
                              replay_ratio=0.0, max_nonfinite=3, log_interval=1)
-    trainer = build_trainer(config, env_info("NaNRewardCartPole-v0"), tmp_path, progress_bar=False)
+    trainer = build_trainer(config, env_info("HugeRewardCartPole-v0"), tmp_path, progress_bar=False)
     good = [p.clone() for p in trainer.model.parameters()]
     outcome = trainer.train()
     assert outcome.stop is Stop.NONFINITE and EXIT_CODES[outcome.stop] == 4
@@ -128,7 +128,7 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_the_run(tmp_path, capsys
     assert capsys.readouterr().err == ""  # the Trainer prints no error line: the script does
     rows = read_progress(tmp_path)
     assert int(rows[-1]["nonfinite_updates"]) == 3
-    # NaNs start at each env's step 151, i.e. in iteration 8 (40 steps each); iteration 7 wrote the
+    # Huge rewards start at each env's step 151, i.e. in iteration 8 (40 steps each); iteration 7 wrote the
     # last good checkpoint and none was written after it.
     payload = load_checkpoint(tmp_path)
     assert payload["counters"]["timesteps"] == 280 and payload["counters"]["nonfinite_updates"] == 0
@@ -191,7 +191,7 @@ def test_corrupt_config_json_is_reported_by_plot(tmp_path):
 
 
 def test_a_full_disk_leaves_the_previous_checkpoint_and_no_partial_file(tmp_path, monkeypatch):
-    from acer_sync.base.errors import UserError
+    from acer_sync.base.errors import WriteFailed
     from acer_sync.training import checkpoint
 
     path = tmp_path / "latest.pt"
@@ -202,7 +202,7 @@ def test_a_full_disk_leaves_the_previous_checkpoint_and_no_partial_file(tmp_path
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpoint.os, "fsync", no_space)
-    with pytest.raises(UserError, match="cannot write checkpoint .*No space left on device"):
+    with pytest.raises(WriteFailed, match="cannot write .*latest.pt: No space left on device"):
         checkpoint.save_checkpoint(path, {"step": 2})
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
 
@@ -234,7 +234,10 @@ def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one
     outcome = trainer.train()
     assert capsys.readouterr().err == ""  # the Trainer prints no error line: the script does
     assert exit_code(outcome, "train.py") == 130
-    assert capsys.readouterr().err == "train.py: error: second SIGINT: exiting at once; the previous checkpoint is kept\n"
+    # The message says truthfully what the run directory holds: the interrupted final save wrote
+    # nothing (and this run had written no periodic checkpoint); an interrupted close comes after it.
+    kept = "no checkpoint was written" if where == "save" else "checkpoints/latest.pt holds step 80"
+    assert capsys.readouterr().err == f"train.py: error: second SIGINT: exiting at once; {kept}\n"
     trainer.env.close()
 
 

@@ -1,0 +1,51 @@
+"""Envs that misbehave on cue, for the bad-day tests: ``FaultyCartPole-v0`` is CartPole until its
+step ``at_step`` (counted per env instance), where it does what ``fault`` says:
+
+* ``raise``: raises ``RuntimeError("sensor cable unplugged")``;
+* ``nan_obs`` / ``nan_reward``: returns a NaN in its observation / its reward;
+* ``hang``: sleeps for an hour.
+
+``from_instance`` leaves the first instances made in this process well: with the sync backend,
+the training envs are made first and the evaluation envs after them. ``train.py --env
+faulty_envs:FaultyCartPole-v0 --env-kwargs fault=raise at_step=50`` (with ``tests`` on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import gymnasium as gym
+import numpy as np
+
+ENV_ID = "FaultyCartPole-v0"
+_instances = itertools.count()
+
+
+class FaultyCartPole(gym.Wrapper):
+    def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0):
+        super().__init__(gym.make("CartPole-v1"))
+        if fault not in ("raise", "nan_obs", "nan_reward", "hang"):
+            raise ValueError(f"unknown fault {fault!r}")
+        self.fault, self.at_step = fault, at_step
+        self.faulty = next(_instances) >= from_instance
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.faulty and self.steps >= self.at_step:
+            if self.fault == "raise":
+                raise RuntimeError("sensor cable unplugged")
+            if self.fault == "hang":
+                time.sleep(3600)
+            if self.fault == "nan_obs":
+                obs = np.array(obs, dtype=np.float32)
+                obs[2] = np.nan
+            if self.fault == "nan_reward":
+                reward = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=FaultyCartPole)

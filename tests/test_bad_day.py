@@ -1,0 +1,414 @@
+"""A user's bad day (issue 34): full disks on every write, a buffer that is not its checkpoint's,
+envs that raise, return NaN or hang, signals while an env hangs, and damaged or foreign files on
+resume. Each ends in one line, an exit code of its own, and nothing lost or changed."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import faulty_envs
+import numpy as np
+import pytest
+import torch
+
+import acer_sync
+from acer_sync.base.config import build_config
+from acer_sync.base.errors import EXIT_CODES, WriteFailed, exit_code
+from acer_sync.base.outcome import Stop
+from acer_sync.training import checkpoint as checkpoint_module
+from acer_sync.training.callbacks import CheckpointCallback, ProgressCallback
+from acer_sync.training.checkpoint import BUFFER_FILE, LATEST, load_checkpoint, save_checkpoint
+from acer_sync.training.setup import build_trainer
+from atari.envs import env_info
+from helpers import ROOT, one_line_error, read_progress
+
+TRAIN = [sys.executable, str(ROOT / "train.py")]
+FAULTY = f"faulty_envs:{faulty_envs.ENV_ID}"
+#: A small CartPole run: 2 envs x 20 steps an iteration, a checkpoint every 6 iterations.
+SMALL = dict(num_envs=2, vec_env="sync", device="cpu", eval_every=0, log_interval=1, hidden="16", threads=1)
+
+
+def run_train(*args: str, timeout: float = 120, preexec_fn=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    return subprocess.run([*TRAIN, *args, "--no-progress"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env, preexec_fn=preexec_fn)
+
+
+def error_line(result: subprocess.CompletedProcess, code: int) -> str:
+    """The run's one ``error:`` line, after checking its exit code and that no traceback came."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr and lines[0].startswith("train.py: error: "), result.stderr
+    return lines[0]
+
+
+def snapshot(run_dir: Path) -> dict:
+    """Every file of a run directory with a digest of its bytes."""
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A CartPole run of 480 steps with its buffer saved at 240 and 480 (buffer_240.npz kept aside)."""
+    run_dir = tmp_path_factory.mktemp("bad_day") / "run"
+    aside = run_dir.parent / "buffer_240.npz"
+
+    def keep_first_buffer(path: Path) -> None:
+        if not aside.exists():
+            shutil.copyfile(path.parent / BUFFER_FILE, aside)
+
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=480, checkpoint_every=240, save_buffer=True,
+                    buffer_size=400, replay_start=40, verbose=0, on_checkpoint=keep_first_buffer, **SMALL)
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy)
+    return copy
+
+
+# --- Full disks --------------------------------------------------------------------------------
+
+
+def file_size_limit(size: int):
+    """A child's preexec_fn: writes past ``size`` bytes fail with EFBIG (File too large), as a
+    full disk makes them fail with ENOSPC, for every file the process writes."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+@pytest.mark.parametrize("limit, failing, kept", [
+    (60_000, "checkpoints/latest.pt", "no checkpoint was written"),  # torch's zip writer raises RuntimeError
+    (200_000, f"checkpoints/{BUFFER_FILE}", "checkpoints/latest.pt holds step 400"),
+])
+def test_a_full_disk_during_a_checkpoint_or_the_buffer_stops_in_one_line_with_exit_5(tmp_path, limit, failing, kept):
+    run_dir = tmp_path / "run"
+    result = run_train("--env", "CartPole-v1", "--num-envs", "2", "--total-timesteps", "2000", "--checkpoint-every",
+                       "400", "--save-buffer", "--eval-every", "0", "--hidden", "64,64", "--run-dir", str(run_dir),
+                       preexec_fn=file_size_limit(limit))
+    line = error_line(result, 5)
+    assert f"cannot write {run_dir / failing}: File too large; {kept}" in line
+    assert not list((run_dir / "checkpoints").glob(".*.tmp"))
+    if "holds step" in kept:
+        assert load_checkpoint(run_dir)["counters"]["timesteps"] == 400
+
+
+class FullDisk(io.RawIOBase):
+    """A file on a disk that fills after ``room`` bytes."""
+
+    def __init__(self, room: int):
+        self.room = room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return len(data)
+
+
+def cartpole_trainer(run_dir: Path, **overrides):
+    config = build_config(False, {"env": "CartPole-v1", **SMALL, "total_timesteps": 400, **overrides})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return build_trainer(config, env_info(config.env, config.env_kwargs), run_dir, progress_bar=False)
+
+
+def test_a_full_disk_under_torch_save_is_a_write_failure_and_the_old_checkpoint_stays(tmp_path, monkeypatch):
+    path = tmp_path / LATEST
+    save_checkpoint(path, {"step": 1})
+    before = path.read_bytes()
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(checkpoint_module.os, "fdopen", lambda fd, mode: (real_fdopen(fd, mode).close(), FullDisk(100))[1])
+    with pytest.raises(WriteFailed, match=f"cannot write {path}: No space left on device$"):
+        save_checkpoint(path, {"step": 2, "weights": torch.zeros(10_000)})
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [LATEST]
+
+
+def test_a_full_disk_under_progress_csv_stops_the_run_with_its_checkpoint_kept(tmp_path):
+    trainer = cartpole_trainer(tmp_path, checkpoint_every=120)
+    progress = next(c for c in trainer.callbacks.callbacks if isinstance(c, ProgressCallback))
+    start = progress.on_training_start
+
+    def start_then_fill_the_disk(trainer_) -> None:
+        start(trainer_)
+        log = progress.logger.log
+
+        def log_until_full(row) -> None:
+            if row["total_timesteps"] > 200:
+                progress.logger.csv_file = io.TextIOWrapper(io.BufferedWriter(FullDisk(0)), newline="")
+            log(row)
+
+        progress.logger.log = log_until_full
+
+    progress.on_training_start = start_then_fill_the_disk
+    outcome = trainer.train()
+    assert outcome.stop is Stop.WRITE_FAILED and EXIT_CODES[outcome.stop] == 5
+    assert outcome.error == f"cannot write {tmp_path / 'progress.csv'}: No space left on device; checkpoints/latest.pt holds step 120"
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 120  # no save after the failure
+
+
+def test_a_real_full_disk_under_progress_csv_is_reported_by_the_logger(tmp_path):
+    from acer_sync.training.logger import Logger
+
+    logger = Logger(tmp_path)
+    logger.csv_file = io.TextIOWrapper(io.BufferedWriter(FullDisk(10)), newline="")
+    with pytest.raises(WriteFailed, match=r"progress.csv: No space left on device$"):
+        logger.log({"total_timesteps": 40, "mean_episode_reward": 1.0})
+    logger.writer.close()
+
+
+def test_a_full_disk_under_tensorboard_is_one_line_not_the_writer_threads_traceback(tmp_path, capfd, monkeypatch):
+    from tensorboard.summary.writer import record_writer
+
+    from acer_sync.training.logger import Logger
+
+    logger = Logger(tmp_path)
+    logger.log({"total_timesteps": 40, "mean_episode_reward": 1.0})
+
+    def no_space(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", no_space)
+    with pytest.raises(WriteFailed, match=r"/tb: No space left on device$"):
+        for step in range(80, 4000, 40):  # the writer thread fails; a later flush raises it here
+            logger.log({"total_timesteps": step, "mean_episode_reward": 1.0})
+    logger.close()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_full_disk_under_config_json_leaves_no_half_file(tmp_path, monkeypatch):
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(checkpoint_module.os, "fdopen", lambda fd, mode: (real_fdopen(fd, mode).close(), FullDisk(10))[1])
+    with pytest.raises(acer_sync.TrainingStopped, match=r"config.json: No space left on device; the run did not start") as stopped:
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, verbose=0, **SMALL)
+    assert stopped.value.outcome.stop is Stop.WRITE_FAILED
+    assert not (tmp_path / "run").exists()  # nothing left behind: the directory can hold a run later
+
+
+# --- Checkpoint and buffer agree ---------------------------------------------------------------
+
+
+def test_a_buffer_from_another_step_is_not_used_and_leftovers_are_removed(run_copy, finished_run, capsys):
+    from acer_sync.api.runs import run
+
+    # As a kill, a second signal or a full disk leaves it: latest.pt at 480, buffer.npz at 240.
+    shutil.copyfile(finished_run.parent / "buffer_240.npz", run_copy / "checkpoints" / BUFFER_FILE)
+    leftover = run_copy / "checkpoints" / f".{BUFFER_FILE}.abc123.tmp"
+    leftover.write_bytes(b"\0" * 1000)
+    trainers = []
+    assert run(resume=run_copy, total_timesteps=520, progress_bar=False, on_start=trainers.append).finished
+    said = capsys.readouterr().out
+    assert "the saved replay buffer is from step 240, not the checkpoint's 480, so it is not used: replay starts empty" in said
+    assert trainers[0].buffer.num_steps_stored == 20  # only the segment collected since
+    assert not leftover.exists() and f"removed {leftover}" in said
+
+
+def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_path):
+    trainer = cartpole_trainer(tmp_path, total_timesteps=80)
+    checkpoints = next(c for c in trainer.callbacks.callbacks if isinstance(c, CheckpointCallback))
+
+    def second_sigterm(*args, **kwargs):
+        trainer.stop.second_signal = "SIGTERM"
+        raise RuntimeError("torch's zip writer, interrupted")
+
+    checkpoints.save = second_sigterm
+    outcome = trainer.train()
+    assert outcome.stop is Stop.INTERRUPTED
+    assert outcome.error == "second SIGTERM: exiting at once; no checkpoint was written"
+
+
+# --- Env faults --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_an_env_that_raises_stops_with_a_checkpoint_one_line_and_exit_3(tmp_path, backend):
+    run_dir = tmp_path / "run"
+    result = run_train("--env", FAULTY, "--env-kwargs", "fault=raise", "at_step=130", "--vec-env", backend,
+                       "--num-envs", "2", "--total-timesteps", "100000", "--eval-every", "0", "--run-dir", str(run_dir))
+    line = error_line(result, 3)
+    # Each env's step 130 falls in iteration 7 (20 steps each): the checkpoint holds the 6 completed.
+    assert line == f"train.py: error: {FAULTY} raised RuntimeError in step: sensor cable unplugged; saved a checkpoint at step 240"
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
+
+
+@pytest.mark.parametrize("fault, what", [("nan_obs", "observation"), ("nan_reward", "reward")])
+def test_a_non_finite_observation_or_reward_stops_with_a_checkpoint_naming_env_and_step(tmp_path, fault, what):
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": fault, "at_step": 130},
+                               total_timesteps=100_000)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED and EXIT_CODES[outcome.stop] == 3
+    assert outcome.error == (
+        f"env 0 of {faulty_envs.ENV_ID} returned a non-finite {what} (nan) at its vector step 130; saved a checkpoint at step 240"
+    )
+    payload = load_checkpoint(tmp_path)
+    assert payload["counters"]["timesteps"] == 240
+    assert all(torch.isfinite(t).all() for t in payload["model"].values())
+
+
+def test_an_evaluation_env_that_raises_stops_the_run_the_same_way(tmp_path):
+    # env_info reads the spaces from instance 0, and the sync backend makes the 2 training envs
+    # next: the instances from 3 on are the evaluation's.
+    faulty_envs._instances = iter(range(10**6))
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "raise", "at_step": 5, "from_instance": 3},
+                               total_timesteps=100_000, eval_every=80, eval_episodes=2)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED
+    assert outcome.error == f"{faulty_envs.ENV_ID} raised RuntimeError in step: sensor cable unplugged; saved a checkpoint at step 80"
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 80
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_a_hung_env_stops_at_env_timeout_with_a_checkpoint_and_exit_6(tmp_path, backend):
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    result = run_train("--env", FAULTY, "--env-kwargs", "fault=hang", "at_step=130", "--vec-env", backend, "--num-envs",
+                       "2", "--total-timesteps", "100000", "--eval-every", "0", "--env-timeout", "1", "--run-dir",
+                       str(run_dir), timeout=60)
+    assert time.monotonic() - started < 40
+    line = error_line(result, 6)
+    assert line == f"train.py: error: {FAULTY}'s step did not return within --env-timeout 1 s; saved a checkpoint at step 240"
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
+
+
+def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [*TRAIN, "--env", FAULTY, "--env-kwargs", "fault=hang", "at_step=130", "--vec-env", "subproc", "--num-envs", "2",
+         "--total-timesteps", "100000", "--eval-every", "0", "--env-timeout", "0", "--log-interval", "1",
+         "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(int(r["total_timesteps"]) >= 240 for r in
+                                                      (read_progress(run_dir) if (run_dir / "progress.csv").exists() else [])):
+            time.sleep(0.2)
+        time.sleep(1.0)  # the envs now hang in their step 130
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=40)
+        took = time.monotonic() - signalled
+    finally:
+        process.kill()
+    assert process.returncode == 130 and took < 20, (took, stderr)
+    assert stderr.strip() == f"train.py: error: {FAULTY}'s step had not returned 10 s after SIGTERM; saved a checkpoint at step 240"
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
+
+
+def test_subproc_env_errors_print_no_worker_traceback(tmp_path, capfd):
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "raise", "at_step": 30},
+                               vec_env="subproc", total_timesteps=100_000)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED and "sensor cable unplugged" in outcome.error
+    assert exit_code(outcome, "train.py") == 3
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+# --- Resume checks before it changes anything -----------------------------------------------------
+
+
+def refused_resume(run_dir: Path, match: str) -> None:
+    """A resume of ``run_dir`` is one UserError matching ``match``, and leaves every file as it was."""
+    before = snapshot(run_dir)
+    with pytest.raises(acer_sync.UserError, match=match) as error:
+        acer_sync.train(resume=run_dir, total_timesteps=960, verbose=0)
+    assert "\n" not in str(error.value)
+    assert snapshot(run_dir) == before
+
+
+def edit_checkpoint(run_dir: Path, edit) -> None:
+    payload = torch.load(run_dir / "checkpoints" / LATEST, weights_only=True)
+    edit(payload)
+    torch.save(payload, run_dir / "checkpoints" / LATEST)
+
+
+def test_another_runs_checkpoint_copied_in_is_refused(run_copy, tmp_path):
+    other = tmp_path / "other"
+    acer_sync.train("Acrobot-v1", run_dir=other, total_timesteps=40, verbose=0, **SMALL)
+    shutil.copyfile(other / "checkpoints" / LATEST, run_copy / "checkpoints" / LATEST)
+    refused_resume(run_copy, r"is not this run's: it has env Acrobot-v1 \(config.json: CartPole-v1\)")
+
+
+def test_a_checkpoint_with_a_wrong_tensor_shape_is_refused(run_copy):
+    def wrong(payload):
+        payload["model"]["policy_head.weight"] = torch.zeros(3, 16)
+
+    edit_checkpoint(run_copy, wrong)
+    refused_resume(run_copy, r"model has policy_head.weight of shape \(3, 16\); this network's is \(2, 16\)")
+
+
+def test_a_checkpoint_with_a_wrong_optimizer_shape_is_refused(run_copy):
+    def wrong(payload):
+        state = payload["optimizer"]["state"]
+        state[0] = {**state[0], "square_avg": torch.ones(5)}
+
+    edit_checkpoint(run_copy, wrong)
+    refused_resume(run_copy, r"optimizer state square_avg of parameter 0 is \(5,\)")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda c: c.pop("updates"), "counter updates is missing"),
+    (lambda c: c.update(timesteps=-40), "counter timesteps is -40"),
+    (lambda c: c.update(timesteps=10**9), "1000000000 steps is not 12 iterations of 40 steps"),
+])
+def test_missing_or_nonsense_counters_are_refused(run_copy, edit, match):
+    edit_checkpoint(run_copy, lambda payload: edit(payload["counters"]))
+    refused_resume(run_copy, match)
+
+
+def test_a_damaged_buffer_is_refused(run_copy):
+    path = run_copy / "checkpoints" / BUFFER_FILE
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    refused_resume(run_copy, r"cannot restore the replay buffer from .*buffer.npz: .*; move it away")
+
+
+def test_buffer_counters_that_no_run_could_write_are_refused(run_copy):
+    path = run_copy / "checkpoints" / BUFFER_FILE
+    with np.load(path) as saved:
+        arrays = dict(saved)
+    arrays["counters"] = np.array([10**10, 10**9], dtype=np.int64)
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+    refused_resume(run_copy, r"its counters \(10000000000 steps written, 1000000000 segments stored\) do not fit")
+
+
+def test_a_damaged_progress_header_is_refused_never_filled_with_nan(run_copy):
+    path = run_copy / "progress.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0][:40] + "\n" + "".join(lines[1:]))
+    refused_resume(run_copy, r"progress.csv has a damaged header")
+
+
+def test_the_cli_refuses_a_foreign_checkpoint_with_exit_2_and_changes_nothing(run_copy):
+    edit_checkpoint(run_copy, lambda payload: payload["config"].update(seed=7))
+    before = snapshot(run_copy)
+    line = one_line_error(run_train("--resume", str(run_copy)))
+    assert "is not this run's: it has seed 7 (config.json: 0)" in line
+    assert snapshot(run_copy) == before
+
+
+def test_load_refuses_a_checkpoint_whose_env_does_not_fit_its_network(run_copy):
+    edit_checkpoint(run_copy, lambda payload: payload.update(env_id="Acrobot-v1"))
+    with pytest.raises(acer_sync.UserError, match=r"does not fit its env Acrobot-v1: n_actions 2 \(the env gives 3\); obs_shape"):
+        acer_sync.load(run_copy)
