@@ -143,3 +143,32 @@ class OverflowingRewardsAfter(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.steps += 1
         return obs, 3e38 if self.steps >= self.first_huge_step else reward, terminated, truncated, info
+
+
+def categorical_net(obs_shape, n_actions, arch, hidden=(64, 64), normalize_obs=False):
+    """A softmax actor-critic (feed-forward torso ``arch``: mlp or cnn), freshly initialised."""
+    from acer_sync.nets.networks import network_from_spec
+
+    return network_from_spec(dict(obs_shape=list(obs_shape), n_actions=n_actions, arch=arch,
+                                  hidden=list(hidden) if arch == "mlp" else [], policy="categorical",
+                                  normalize_obs=normalize_obs))
+
+
+def recurrent_net(obs_shape, n_actions, arch, hidden=(64, 64), lstm_size=128, normalize_obs=False):
+    """A softmax actor-critic with an LSTM (``arch``: lstm or cnn_lstm), freshly initialised."""
+    from acer_sync.nets.networks import network_from_spec
+
+    return network_from_spec(dict(obs_shape=list(obs_shape), n_actions=n_actions, arch=arch,
+                                  hidden=list(hidden) if arch == "lstm" else [], policy="categorical",
+                                  normalize_obs=normalize_obs, lstm_size=lstm_size))
+
+
+def gaussian_net(obs_shape, action_dim, hidden, init_std, normalize_obs=False, arch="mlp", lstm_size=128):
+    """A Gaussian policy with an SDN (``arch``: mlp, or lstm), freshly initialised."""
+    from acer_sync.nets.networks import network_from_spec
+
+    spec = dict(obs_shape=list(obs_shape), n_actions=action_dim, arch=arch, hidden=list(hidden), policy="gaussian",
+                normalize_obs=normalize_obs, init_std=[float(s) for s in init_std])
+    if arch == "lstm":
+        spec["lstm_size"] = lstm_size
+    return network_from_spec(spec)

@@ -19,43 +19,41 @@ from acer_sync.math import losses
 from acer_sync.nets.networks import LOG_STD_MAX, LOG_STD_MIN, polyak_update
 
 
-def _normalized(net, obs):
+def _features(net, obs):
+    """The torso's features of ``[B, stack, ...]`` observations (normalized first, where the net does)."""
     normalizer = getattr(net, "normalizer", None)
-    return obs.float() if normalizer is None else normalizer(obs)
-
-
-def _categorical_normalized(net, obs):
-    return obs if net.normalizer is None else net.normalizer(obs)
+    return net.torso(obs if normalizer is None else normalizer(obs))
 
 
 def categorical_forward(net, obs):
     """(π, Q) of the softmax actor-critic, ``[B, A]`` each."""
-    obs = _categorical_normalized(net, obs)
-    features = net.torso(obs)
-    pi = torch.softmax(net.policy_head(features), dim=-1)
-    q_features = features if net.q_torso is None else net.q_torso(obs)
-    return pi, net.q_head(q_features)
+    features, head = _features(net, obs), net.head
+    pi = torch.softmax(head.pi(head.pi_mlp(features)), dim=-1)
+    return pi, head.q(head.q_mlp(features))
 
 
 def categorical_policy(net, obs):
-    return torch.softmax(net.policy_head(net.torso(_categorical_normalized(net, obs))), dim=-1)
+    head = net.head
+    return torch.softmax(head.pi(head.pi_mlp(_features(net, obs))), dim=-1)
 
 
 def gaussian_policy(net, obs):
-    mean = net.mean_head(net.torso(_normalized(net, obs)))
-    log_std = net.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
+    head = net.head
+    mean = head.mean(head.mean_mlp(_features(net, obs)))
+    log_std = head.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
     return torch.cat([mean, log_std], dim=-1)
 
 
 def gaussian_value(net, obs):
-    return net.value_head(net.value_torso(_normalized(net, obs))).squeeze(-1)
+    head = net.head
+    return head.value(head.value_mlp(_features(net, obs))).squeeze(-1)
 
 
 def gaussian_advantage(net, obs, actions):
-    features = _normalized(net, obs).flatten(1)
+    features, head = _features(net, obs), net.head
     k = actions.shape[1]
     paired = torch.cat([features.unsqueeze(1).expand(-1, k, -1), actions.float()], dim=-1)
-    return net.advantage_head(net.advantage_torso(paired.reshape(-1, paired.shape[-1]))).reshape(-1, k)
+    return head.advantage(head.advantage_mlp(paired.reshape(-1, paired.shape[-1]))).reshape(-1, k)
 
 
 def _categorical_terms(model, cfg, batch, flat_obs):

@@ -352,10 +352,10 @@ def test_another_runs_checkpoint_copied_in_is_refused(run_copy, tmp_path):
 
 def test_a_checkpoint_with_a_wrong_tensor_shape_is_refused(run_copy):
     def wrong(payload):
-        payload["model"]["policy_head.weight"] = torch.zeros(3, 16)
+        payload["model"]["head.pi.weight"] = torch.zeros(3, 16)
 
     edit_checkpoint(run_copy, wrong)
-    refused_resume(run_copy, r"model has policy_head.weight of shape \(3, 16\); this network's is \(2, 16\)")
+    refused_resume(run_copy, r"model has head.pi.weight of shape \(3, 16\); this network's is \(2, 16\)")
 
 
 def test_a_checkpoint_with_a_wrong_optimizer_shape_is_refused(run_copy):

@@ -14,10 +14,11 @@ import torch
 import acer_sync
 from acer_sync.base.config import Config
 from acer_sync.replay.buffer import BUFFER_FORMAT, migrate_buffer
-from acer_sync.training.checkpoint import FORMAT_VERSION, load_checkpoint, migrate
+from acer_sync.training.checkpoint import FORMAT_VERSION, format3_name, load_checkpoint, migrate
 from helpers import ROOT, read_progress
 
 FORMAT1 = ROOT / "tests" / "data" / "format1"
+FORMAT2 = ROOT / "tests" / "data" / "format2"
 RUNS = ["cartpole_mlp", "cartpole_lstm", "pendulum_gaussian", "cartpole_mlp_first"]
 OBSERVATIONS = {"cartpole": np.zeros(4, np.float32), "pendulum": np.array([1.0, 0.0, 0.0], np.float32)}
 
@@ -42,14 +43,14 @@ def test_a_format_1_checkpoint_loads_as_the_current_format_with_every_key(name, 
     stored = torch.load(FORMAT1 / name / "checkpoints" / "latest.pt", weights_only=True)
     assert stored["format"] == 1
     payload = load_checkpoint(FORMAT1 / name)
-    assert payload["format"] == FORMAT_VERSION == current["format"] == 2
+    assert payload["format"] == FORMAT_VERSION == current["format"] == 3
     assert set(payload) == set(current)
     assert set(payload["counters"]) == set(current["counters"])
     assert set(payload["config"]) == {f.name for f in dataclasses.fields(Config)}
     assert set(payload["model_spec"]) == set(acer_sync.load(FORMAT1 / name).model.spec())
     assert payload["callbacks"] == {}
-    for key, tensor in stored["model"].items():  # the weights are the file's, untouched
-        assert torch.equal(payload["model"][key], tensor)
+    for key, tensor in stored["model"].items():  # the weights are the file's, renamed and untouched
+        assert torch.equal(payload["model"][format3_name(key, stored["model_spec"])], tensor)
     assert migrate(payload) == payload  # the current format passes through
 
 
@@ -94,3 +95,27 @@ def test_files_of_a_newer_format_are_refused_in_one_line(tmp_path):
         acer_sync.load(run_dir)
     with pytest.raises(ValueError, match=f"buffer format {BUFFER_FORMAT + 1}, newer than"):
         migrate_buffer({"format": np.array(BUFFER_FORMAT + 1)})
+
+
+@pytest.mark.parametrize("name", ["cartpole_mlp", "pendulum_lstm"])
+def test_a_format_2_checkpoint_gets_the_composed_networks_names_and_order_and_resumes(tmp_path, name):
+    stored = torch.load(FORMAT2 / name / "checkpoints" / "latest.pt", weights_only=True)
+    assert stored["format"] == 2
+    payload = load_checkpoint(FORMAT2 / name)
+    model = acer_sync.load(FORMAT2 / name).model
+    assert payload["model_spec"] == model.spec() and set(payload["model"]) == set(model.state_dict())
+    for key, tensor in stored["model"].items():
+        assert torch.equal(payload["model"][format3_name(key, stored["model_spec"])], tensor)
+    # The optimizer's state is by parameter index: each entry sits at its parameter's new index.
+    parameters = list(model.parameters())
+    for index, state in payload["optimizer"]["state"].items():
+        assert state["square_avg"].shape == parameters[index].shape
+    if name == "pendulum_lstm":  # its log_std moved from first to after the torso and the LSTM
+        names = [n for n, _ in model.named_parameters()]
+        log_std = names.index("head.log_std")
+        assert log_std > 0 and torch.equal(payload["optimizer"]["state"][log_std]["square_avg"],
+                                           stored["optimizer"]["state"][0]["square_avg"])
+    run_dir = tmp_path / name
+    shutil.copytree(FORMAT2 / name, run_dir)
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False, verbose=0)
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 520

@@ -217,10 +217,10 @@ def test_play_on_a_full_disk_leaves_no_broken_video_and_exits_5(pong_run, tmp_pa
 def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
     payload = load_checkpoint(pong_run)
     payload["model_spec"]["n_actions"] = 4
-    payload["model"]["policy_head.weight"] = payload["model"]["policy_head.weight"][:4]
-    payload["model"]["policy_head.bias"] = payload["model"]["policy_head.bias"][:4]
-    payload["model"]["q_head.weight"] = payload["model"]["q_head.weight"][:4]
-    payload["model"]["q_head.bias"] = payload["model"]["q_head.bias"][:4]
+    payload["model"]["head.pi.weight"] = payload["model"]["head.pi.weight"][:4]
+    payload["model"]["head.pi.bias"] = payload["model"]["head.pi.bias"][:4]
+    payload["model"]["head.q.weight"] = payload["model"]["head.q.weight"][:4]
+    payload["model"]["head.q.bias"] = payload["model"]["head.q.bias"][:4]
     save_checkpoint(tmp_path / "other.pt", payload)
     assert "does not fit its env PongNoFrameskip-v4: n_actions 4 (the env gives 6)" in one_line_error(run("play.py", tmp_path / "other.pt"))
 

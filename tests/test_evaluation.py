@@ -8,11 +8,10 @@ import torch
 
 import acer_sync.training.callbacks
 from acer_sync.base.config import build_config
-from acer_sync.nets.networks import ActorCritic
 from acer_sync.rollout.evaluation import evaluate
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
-from helpers import NeverFire
+from helpers import NeverFire, categorical_net
 
 
 class CountingEnv:
@@ -34,7 +33,7 @@ class CountingEnv:
 def test_evaluate_plays_exactly_the_requested_games():
     info = env_info("CartPole-v1")
     env = CountingEnv(VecEnv(info, 3, "sync"))
-    model = ActorCritic(info.obs_shape, info.n_actions, "mlp", (8,))
+    model = categorical_net(info.obs_shape, info.n_actions, "mlp", (8,))
     scores = evaluate(model, env, 5, torch.device("cpu"), seed=0, generator=torch.Generator().manual_seed(0))
     env.env.close()
     assert len(scores) == 5 and all(score >= 1 for score in scores)  # CartPole pays 1 per step
@@ -45,7 +44,7 @@ def test_evaluate_plays_exactly_the_requested_games():
 
 def test_greedy_evaluation_is_deterministic_given_the_seed():
     info = env_info("CartPole-v1")
-    model = ActorCritic(info.obs_shape, info.n_actions, "mlp", (8,))
+    model = categorical_net(info.obs_shape, info.n_actions, "mlp", (8,))
     runs = [evaluate(model, VecEnv(info, 2, "sync"), 2, torch.device("cpu"), greedy=True, seed=3) for _ in range(2)]
     assert runs[0] == runs[1]
 

@@ -6,14 +6,14 @@ import torch
 from acer_sync.base.config import Config
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.math.schedules import learning_rate
-from acer_sync.nets.networks import ActorCritic, polyak_update
+from acer_sync.nets.networks import polyak_update
 from acer_sync.training.acer import ACER
-from helpers import features_of, ff_batch
+from helpers import categorical_net, features_of, ff_batch
 
 
 def test_polyak_moves_every_parameter_by_exactly_one_minus_alpha():
-    online = ActorCritic((1, 3), 2, "mlp", (4,))
-    average = ActorCritic((1, 3), 2, "mlp", (4,))
+    online = categorical_net((1, 3), 2, "mlp", (4,))
+    average = categorical_net((1, 3), 2, "mlp", (4,))
     with torch.no_grad():
         for p in online.parameters():
             p.fill_(1.0)
@@ -30,7 +30,7 @@ def test_polyak_moves_every_parameter_by_exactly_one_minus_alpha():
 def test_average_network_moves_during_training():
     torch.manual_seed(0)
     config = Config(env="test", nsteps=3, num_envs=2, hidden="8")
-    model = ActorCritic((1, 4), 3, "mlp", (8,))
+    model = categorical_net((1, 4), 3, "mlp", (8,))
     agent = ACER(model, config)
     before = [p.clone() for p in agent.average_model.parameters()]
     T, N = 3, 2
@@ -54,7 +54,7 @@ def test_average_network_moves_during_training():
 
 def test_update_skips_nonfinite_gradients():
     config = Config(env="test", nsteps=2, num_envs=1, hidden="8")
-    model = ActorCritic((1, 4), 2, "mlp", (8,))
+    model = categorical_net((1, 4), 2, "mlp", (8,))
     agent = ACER(model, config)
     before = [p.clone() for p in model.parameters()]
     batch = ff_batch(
@@ -75,7 +75,7 @@ def test_trust_region_shrinks_the_kl_step():
     def kl_after(trust_region: bool) -> float:
         torch.manual_seed(5)
         config = Config(env="test", nsteps=4, num_envs=4, hidden="16", trust_region=trust_region, delta=1e-3, ent_coef=0.0)
-        model = ActorCritic((1, 4), 3, "mlp", (16,))
+        model = categorical_net((1, 4), 3, "mlp", (16,))
         agent = ACER(model, config)
         g = torch.Generator().manual_seed(6)
         batch = ff_batch(
@@ -117,7 +117,7 @@ def test_learning_rate_schedules():
 
 
 def test_nature_cnn_shapes_and_uint8_input():
-    model = ActorCritic((4, 84, 84), 6, "cnn")
+    model = categorical_net((4, 84, 84), 6, "cnn")
     pi, q = model(features_of(model, torch.zeros(2, 4, 84, 84, dtype=torch.uint8)))
     assert pi.shape == q.shape == (2, 6)
     torch.testing.assert_close(pi.sum(-1), torch.ones(2))
@@ -125,10 +125,10 @@ def test_nature_cnn_shapes_and_uint8_input():
 
 def test_atari_net_is_initialised_like_baselines():
     torch.manual_seed(0)
-    model = ActorCritic((4, 84, 84), 6, "cnn")
+    model = categorical_net((4, 84, 84), 6, "cnn")
     first_conv = model.torso.convs[0].weight.flatten(1)  # [32, 256]: orthogonal rows of norm √2
     torch.testing.assert_close(first_conv @ first_conv.T, 2.0 * torch.eye(32), atol=1e-4, rtol=0)
-    policy = model.policy_head.weight  # [6, 512]
+    policy = model.head.pi.weight  # [6, 512]
     torch.testing.assert_close(policy @ policy.T, 1e-4 * torch.eye(6), atol=1e-8, rtol=0)
     assert all(not m.bias.detach().any() for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
     assert model.torso.convs[0].weight.is_contiguous(memory_format=torch.channels_last)

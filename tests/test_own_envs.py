@@ -19,11 +19,10 @@ import torch
 from acer_sync.base.config import Config, build_config
 from acer_sync.base.config_file import check_setting, load_env_settings
 from acer_sync.base.errors import UserError
-from acer_sync.nets.networks import ActorCritic
 from acer_sync.sweeps.spec import load_sweep
 from acer_sync.training.checkpoint import load_checkpoint
 from atari.envs import MIN_IMAGE_SIDE, VecEnv, env_info
-from helpers import ROOT, features_of, one_line_error
+from helpers import ROOT, categorical_net, features_of, one_line_error
 
 MODULE = "acer_test_own_envs"
 USER_ENV = f"{MODULE}:Corridor-v0"
@@ -278,7 +277,7 @@ def test_checkpoints_from_before_env_kwargs_still_load(module_dir, user_run, tmp
     del payload["config"]["env_kwargs"]
     payload["config"]["env"] = payload["env_id"] = f"{MODULE}:Corridor-v0"
     payload["model_spec"]["obs_shape"] = [1, 5]  # the env's defaults: 5 cells, Discrete
-    payload["model"] = ActorCritic((1, 5), 2, "mlp", (64, 64)).state_dict()
+    payload["model"] = categorical_net((1, 5), 2, "mlp", (64, 64)).state_dict()
     payload["average_model"] = payload["model"]
     payload.pop("callbacks")
     torch.save({**payload, "format": 1}, old_run / "checkpoints" / "latest.pt")  # format 1, as those versions wrote
@@ -339,16 +338,16 @@ def test_image_observations_go_through_the_cnn_with_their_channels(module_dir, k
         planes = frames[env_index].reshape(channels, height, width)
         for channel in range(channels):
             assert (planes[channel] == 10 * channel + cell).all(), (kind, channel)
-    model = ActorCritic(info.obs_shape, info.n_actions, info.arch)
+    model = categorical_net(info.obs_shape, info.n_actions, info.arch)
     assert model.torso.convs[0].in_channels == channels  # the stack of 1 frame, times its channels
     pi, q = model(features_of(model, torch.from_numpy(frames[:, None])))  # [B, stack, *frame_shape], as acting feeds it
     assert pi.shape == q.shape == (2, 2)
 
 
 def test_the_smallest_image_side_is_the_smallest_the_cnn_takes():
-    ActorCritic((1, MIN_IMAGE_SIDE, MIN_IMAGE_SIDE), 2, "cnn")
+    categorical_net((1, MIN_IMAGE_SIDE, MIN_IMAGE_SIDE), 2, "cnn")
     with pytest.raises(RuntimeError):
-        ActorCritic((1, MIN_IMAGE_SIDE - 1, MIN_IMAGE_SIDE), 2, "cnn")
+        categorical_net((1, MIN_IMAGE_SIDE - 1, MIN_IMAGE_SIDE), 2, "cnn")
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from acer_sync.math import losses
 from acer_sync.nets import precision
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import distribution_for
-from acer_sync.nets.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic, RecurrentGaussianActorCritic
+from acer_sync.nets.networks import ActorCriticNet
 from acer_sync.nets.precision import NetworkPasses, cpu_bf16_flags, native_bf16, runs_in_bf16, slow_bf16_warning
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
 from acer_sync.rollout.runner import Runner
@@ -23,7 +23,7 @@ from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import ff_batch, random_batch
+from helpers import categorical_net, ff_batch, gaussian_net, random_batch, recurrent_net
 
 CPU = torch.device("cpu")
 NATIVE_BF16_CPU = native_bf16(CPU)
@@ -48,7 +48,7 @@ def test_cpu_flags_are_read_from_the_flags_and_features_lines():
 
 
 def test_bf16_without_native_support_warns_in_one_line_and_only_then(tmp_path):
-    cnn, mlp = ActorCritic(FRAMES, 3, "cnn"), ActorCritic((1, 4), 2, "mlp")
+    cnn, mlp = categorical_net(FRAMES, 3, "cnn"), categorical_net((1, 4), 2, "mlp")
     without, with_bf16 = tmp_path / "without", tmp_path / "with"
     without.write_text("flags\t\t: fpu sse2 avx2 avx512f\n")
     with_bf16.write_text("flags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
@@ -63,11 +63,11 @@ def test_bf16_without_native_support_warns_in_one_line_and_only_then(tmp_path):
 
 def test_only_the_convolutional_nets_run_in_bf16():
     nets = {
-        "cnn": ActorCritic(FRAMES, 3, "cnn"),
-        "cnn_lstm": RecurrentActorCritic(FRAMES, 3, "cnn_lstm", lstm_size=8),
-        "mlp": ActorCritic((1, 4), 2, "mlp"),
-        "gaussian mlp": GaussianActorCritic((1, 3), 1, (8,), [0.5], False),
-        "lstm": RecurrentActorCritic((1, 4), 2, "lstm", (8,), 8),
+        "cnn": categorical_net(FRAMES, 3, "cnn"),
+        "cnn_lstm": recurrent_net(FRAMES, 3, "cnn_lstm", lstm_size=8),
+        "mlp": categorical_net((1, 4), 2, "mlp"),
+        "gaussian mlp": gaussian_net((1, 3), 1, (8,), [0.5], False),
+        "lstm": recurrent_net((1, 4), 2, "lstm", (8,), 8),
     }
     assert {name for name, net in nets.items() if runs_in_bf16(net, "bf16")} == {"cnn", "cnn_lstm"}
     assert not any(runs_in_bf16(net, "fp32") for net in nets.values())
@@ -77,9 +77,9 @@ def test_only_the_convolutional_nets_run_in_bf16():
 
 def test_a_bf16_pass_returns_float32_computed_in_bf16():
     torch.manual_seed(0)
-    net = ActorCritic(FRAMES, 3, "cnn")
+    net = categorical_net(FRAMES, 3, "cnn")
     q_dtypes, frame_dtypes = [], []
-    net.q_head.register_forward_hook(lambda module, args, output: q_dtypes.append(output.dtype))
+    net.head.q.register_forward_hook(lambda module, args, output: q_dtypes.append(output.dtype))
     net.torso.convs[0].register_forward_pre_hook(lambda module, args: frame_dtypes.append(args[0].dtype))
     obs = torch.randint(0, 256, (2, 5, *FRAMES), dtype=torch.uint8)
     firsts = torch.zeros(2, 5, dtype=torch.bool)
@@ -106,11 +106,11 @@ def test_the_math_receives_float32_when_the_network_runs_in_bf16(kind, monkeypat
     torch.manual_seed(0)
     T, N = 3, 2
     if kind in ("cnn", "cnn_lstm"):
-        model = ActorCritic(FRAMES, 3, "cnn") if kind == "cnn" else RecurrentActorCritic(FRAMES, 3, "cnn_lstm", lstm_size=8)
+        model = categorical_net(FRAMES, 3, "cnn") if kind == "cnn" else recurrent_net(FRAMES, 3, "cnn_lstm", lstm_size=8)
         batch = ff_batch(**random_batch(T, N, FRAMES, 3, False, seed=1, frames=True))
     else:
-        model = (GaussianActorCritic((1, 3), 2, (8,), [0.5, 0.5], True) if kind == "gaussian mlp"
-                 else RecurrentGaussianActorCritic((1, 3), 2, "lstm", (8,), [0.5, 0.5], lstm_size=8))
+        model = (gaussian_net((1, 3), 2, (8,), [0.5, 0.5], True) if kind == "gaussian mlp"
+                 else gaussian_net((1, 3), 2, (8,), [0.5, 0.5], arch="lstm", lstm_size=8))
         batch = ff_batch(**random_batch(T, N, (1, 3), 2, True, seed=1))
     batch = batch._replace(state=model.initial_state(N))
     seen: dict[str, set] = {}
@@ -141,15 +141,15 @@ def test_the_math_receives_float32_when_the_network_runs_in_bf16(kind, monkeypat
         assert all(value.dtype == torch.float32 for value in state.values() if isinstance(value, torch.Tensor) and value.dim())
 
 
-def hand_set_cnn() -> ActorCritic:
+def hand_set_cnn() -> ActorCriticNet:
     """A Nature-CNN net whose heads give π = softmax(0, 1) and Q = (1, 2) on any frames: every weight
     is zero, and the heads' biases are exact in bf16."""
-    net = ActorCritic(FRAMES, 2, "cnn")
+    net = categorical_net(FRAMES, 2, "cnn")
     with torch.no_grad():
         for parameter in net.parameters():
             parameter.zero_()
-        net.policy_head.bias.copy_(torch.tensor([0.0, 1.0]))
-        net.q_head.bias.copy_(torch.tensor([1.0, 2.0]))
+        net.head.pi.bias.copy_(torch.tensor([0.0, 1.0]))
+        net.head.q.bias.copy_(torch.tensor([1.0, 2.0]))
     return net
 
 
@@ -197,7 +197,7 @@ def test_acting_and_updating_in_bf16_give_rho_one_on_policy():
     T, N = 6, 2
     runner, model, fields, env, info = pong_runner(N, T, "bf16")
     with torch.no_grad():
-        model.policy_head.weight.mul_(1000)  # a policy far from uniform, as a trained one is
+        model.head.pi.weight.mul_(1000)  # a policy far from uniform, as a trained one is
     buffer = ReplayBuffer(fields, N, T, 4 * T, info.stack)
     try:
         for _ in range(2):
@@ -293,9 +293,9 @@ def test_bf16_on_cuda_runs_the_passes_in_bf16_and_the_math_in_float32():
     cuda = torch.device("cuda")
     assert isinstance(native_bf16(cuda), bool)
     torch.manual_seed(0)
-    net = ActorCritic(FRAMES, 3, "cnn").to(cuda)
+    net = categorical_net(FRAMES, 3, "cnn").to(cuda)
     q_dtypes = []
-    net.q_head.register_forward_hook(lambda module, args, output: q_dtypes.append(output.dtype))
+    net.head.q.register_forward_hook(lambda module, args, output: q_dtypes.append(output.dtype))
     agent = ACER(net, build_config(False, dict(env="CartPole-v1", precision="bf16")))
     batch = ff_batch(**random_batch(3, 2, FRAMES, 3, False, seed=1, frames=True))
     batch = ff_batch(*(getattr(batch, key).to(cuda) for key in ("obs", "actions", "mu", "rewards", "dones")))

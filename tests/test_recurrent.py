@@ -10,29 +10,29 @@ from acer_sync.base.config import build_config
 from acer_sync.math import losses
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import distribution_for
-from acer_sync.nets.networks import ActorCritic, GaussianActorCritic, RecurrentActorCritic
+from acer_sync.nets.networks import ActorCriticNet
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import one_line_error
+from helpers import categorical_net, gaussian_net, one_line_error, recurrent_net
 
 
-def hand_set_lstm() -> RecurrentActorCritic:
+def hand_set_lstm() -> ActorCriticNet:
     """One LSTM unit whose gates are all open (i = f = o = σ(100) = 1) and whose candidate is
     g_t = tanh(u_t), with u_t = tanh(x_t) the torso's one tanh unit: c_t = c_{t−1} + tanh(tanh(x_t)),
     h_t = tanh(c_t)."""
-    net = RecurrentActorCritic((1, 1), 2, "lstm", hidden=(1,), lstm_size=1)
+    net = recurrent_net((1, 1), 2, "lstm", hidden=(1,), lstm_size=1)
     with torch.no_grad():
         linear = net.torso.body[1]
         linear.weight.fill_(1.0)
         linear.bias.zero_()
-        net.lstm.weight_ih.copy_(torch.tensor([[0.0], [0.0], [1.0], [0.0]]))  # rows: i, f, g, o
-        net.lstm.weight_hh.zero_()
-        net.lstm.bias_ih.copy_(torch.tensor([100.0, 100.0, 0.0, 100.0]))
-        net.lstm.bias_hh.zero_()
+        net.memory.lstm.weight_ih.copy_(torch.tensor([[0.0], [0.0], [1.0], [0.0]]))  # rows: i, f, g, o
+        net.memory.lstm.weight_hh.zero_()
+        net.memory.lstm.bias_ih.copy_(torch.tensor([100.0, 100.0, 0.0, 100.0]))
+        net.memory.lstm.bias_hh.zero_()
     return net
 
 
@@ -66,8 +66,8 @@ def test_unroll_of_a_feed_forward_net_is_its_old_forward_pass():
     T, N = 3, 2
     firsts = torch.zeros(T, N, dtype=torch.bool)
     for net, obs in (
-        (ActorCritic((1, 4), 3, "mlp", (8,), normalize_obs=True), torch.randn(T, N, 1, 4)),
-        (ActorCritic((4, 36, 36), 3, "cnn"), torch.randint(0, 256, (T, N, 4, 36, 36), dtype=torch.uint8)),
+        (categorical_net((1, 4), 3, "mlp", (8,), normalize_obs=True), torch.randn(T, N, 1, 4)),
+        (categorical_net((4, 36, 36), 3, "cnn"), torch.randint(0, 256, (T, N, 4, 36, 36), dtype=torch.uint8)),
     ):
         features, state = net.unroll(obs, firsts, net.initial_state(N))
         flat = obs.reshape(T * N, *obs.shape[2:])
@@ -75,7 +75,7 @@ def test_unroll_of_a_feed_forward_net_is_its_old_forward_pass():
         for got, expected in zip(net(features), categorical_forward(net, flat)):
             assert torch.equal(got, expected)
         assert torch.equal(net.policy_of(features), categorical_policy(net, flat))
-    net = GaussianActorCritic((1, 4), 2, (8,), [0.3, 0.3], normalize_obs=True)
+    net = gaussian_net((1, 4), 2, (8,), [0.3, 0.3], normalize_obs=True)
     obs = torch.randn(T, N, 1, 4)
     features, _ = net.unroll(obs, firsts, ())
     flat = obs.reshape(T * N, 1, 4)
@@ -110,7 +110,7 @@ def test_replay_from_the_stored_state_gives_pi_equal_mu_at_every_step_and_zero_s
     T, N = 8, 3
     runner, model, fields, env = lstm_runner("CartPole-v1", N, T)
     with torch.no_grad():
-        model.policy_head.weight.mul_(100)  # a policy that depends on its state, as a trained one does
+        model.head.pi.weight.mul_(100)  # a policy that depends on its state, as a trained one does
     buffer = ReplayBuffer(fields, N, T, 6 * T, 1)
     carried_in = []
     try:
@@ -156,6 +156,8 @@ def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path):
         rows = []
         (tmp_path / replay_state).mkdir()
         trainer = build_trainer(config, info, tmp_path / replay_state, progress_bar=False, on_progress=rows.append)
+        with torch.no_grad():
+            trainer.model.head.pi.weight.mul_(100)  # a policy that depends on its state, as a trained one does
         assert trainer.train().finished
         rho[replay_state] = np.array([row["rho_mean"] for row in rows])
     assert np.abs(rho["stored"] - 1).max() <= 1e-5

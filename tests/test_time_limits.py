@@ -12,14 +12,13 @@ from acer_sync.math import losses
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import Categorical, DiagGaussian, distribution_for, distribution_of_spec
-from acer_sync.nets.networks import ActorCritic, GaussianActorCritic
 from acer_sync.replay.buffer import Batch, ReplayBuffer, Segment, buffer_fields
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
 from acer_sync.training.checkpoint import load_checkpoint
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import random_batch
+from helpers import categorical_net, gaussian_net, random_batch
 
 
 def test_q_retrace_bootstraps_a_truncated_step_from_its_final_value():
@@ -72,18 +71,18 @@ def test_discrete_update_is_bit_identical_to_the_frozen_reference_with_or_withou
     for timeout_values in (None, torch.zeros(5, 3)):
         batch = random_batch(5, 3, (1, 4), 3, False, seed=4, timeout_values=timeout_values)
         model, average, reference, reference_average = _updated_both_ways(
-            lambda: ActorCritic((1, 4), 3, "mlp", (16,)), config, batch
+            lambda: categorical_net((1, 4), 3, "mlp", (16,)), config, batch
         )
         _assert_bit_identical(model, reference)
         _assert_bit_identical(average, reference_average)
-        assert not torch.equal(model.q_head.weight, average.q_head.weight)  # three steps really moved it
+        assert not torch.equal(model.head.q.weight, average.head.q.weight)  # three steps really moved it
 
 
 def test_cnn_update_is_bit_identical_to_the_frozen_reference():
     config = Config(env="test", nsteps=4, num_envs=2)
     batch = random_batch(4, 2, (4, 36, 36), 4, False, seed=6, frames=True, timeout_values=torch.zeros(4, 2))
     model, average, reference, reference_average = _updated_both_ways(
-        lambda: ActorCritic((4, 36, 36), 4, "cnn"), config, batch, updates=2
+        lambda: categorical_net((4, 36, 36), 4, "cnn"), config, batch, updates=2
     )
     _assert_bit_identical(model, reference)
     _assert_bit_identical(average, reference_average)
@@ -95,7 +94,7 @@ def test_gaussian_update_is_bit_identical_to_the_frozen_reference():
     timeout_values[4, 1] = 2.5
     batch = random_batch(5, 3, (1, 4), 2, True, seed=7, timeout_values=timeout_values)
     model, average, reference, reference_average = _updated_both_ways(
-        lambda: GaussianActorCritic((1, 4), 2, (16,), [0.3, 0.3], normalize_obs=True), config, batch
+        lambda: gaussian_net((1, 4), 2, (16,), [0.3, 0.3], normalize_obs=True), config, batch
     )
     _assert_bit_identical(model, reference)
     _assert_bit_identical(average, reference_average)
@@ -121,7 +120,8 @@ def test_runner_stores_the_final_value_of_truncated_steps_only():
         segments = [runner.run() for _ in range(4)]
         last = segments[-1]
         assert last.dones[49].all() and not np.concatenate([s.dones for s in segments])[:-1].any()
-        expected = model.value_of(model._normalized(torch.from_numpy(env.final_frames[:, None]))).detach().numpy()
+        features, _ = model.step(torch.from_numpy(env.final_frames[:, None]), (), torch.zeros(2, dtype=torch.bool))
+        expected = model.value_of(features).detach().numpy()
         np.testing.assert_allclose(last.timeout_values[49], expected, rtol=1e-6)
         assert (last.timeout_values[49] != 0).all()
         assert not np.concatenate([s.timeout_values for s in segments])[:-1].any()

@@ -60,10 +60,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Config field; defaults are None so that presets and resume can tell what was set."""
     atari, classic, continuous = PRESETS["atari"], PRESETS["classic"], PRESETS["continuous"]
     for f in fields():
-        flag = "--" + f.name.replace("_", "-")
+        own = "--" + f.name.replace("_", "-")
+        flags = (f.metadata["flag"], own) if "flag" in f.metadata else (own,)  # the documented name first
         help_text = f.metadata["help"]
         if f.type in (dict, "dict"):
-            parser.add_argument(flag, nargs="+", type=key_value, metavar="KEY=VALUE", default=None, help=f"{help_text} (default: none)")
+            parser.add_argument(*flags, dest=f.name, nargs="+", type=key_value, metavar="KEY=VALUE", default=None,
+                                help=f"{help_text} (default: none)")
             continue
         default = f.default
         shown = f"default: {default}" if default != "" else "default: by env kind"
@@ -76,14 +78,15 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         kwargs = dict(default=None, help=f"{help_text} ({shown})")
         if "choices" in f.metadata:
             kwargs["choices"] = [c for c in f.metadata["choices"] if c]
+        kwargs["dest"] = f.name
         if f.type in (bool, "bool"):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
         elif f.type in (int, "int"):
-            parser.add_argument(flag, type=int, metavar="N", **kwargs)
+            parser.add_argument(*flags, type=int, metavar="N", **kwargs)
         elif f.type in (float, "float"):
-            parser.add_argument(flag, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
+            parser.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
         else:
-            parser.add_argument(flag, type=str, **kwargs)
+            parser.add_argument(*flags, type=str, **kwargs)
 
 
 def config_overrides(args: argparse.Namespace) -> dict:

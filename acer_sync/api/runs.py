@@ -31,13 +31,14 @@ import gymnasium as gym
 import numpy as np
 
 from acer_sync.api.run_metadata import read_config, write_config
-from acer_sync.base.config import Config, build_config, validate
+from acer_sync.base.config import Config, build_config, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, network_arch
+from acer_sync.nets.torsos import torso_name
 from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.logger import check_progress
@@ -129,7 +130,11 @@ def run(
 def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoint, command, commit, on_start,
          settings) -> Outcome:
     callbacks = check_callbacks(callbacks)  # before anything is built or written
-    settings = {str(name): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()}
+    if "torso" in settings and not isinstance(settings["torso"], str):
+        settings["torso"] = torso_name(settings["torso"])  # a class: recorded as module:Class
+    settings = {
+        setting_name(str(name)): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()
+    }
     command = command or [call_text(env, settings)]
     if resume is not None:
         resume = Path(resume)
@@ -202,6 +207,8 @@ def check_config(config: Config, info: EnvInfo) -> None:
     if info.arch == "cnn" and config.normalize_obs:
         raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     network_arch(info, config)
+    if config.torso:
+        build_model(info, config)  # imports the torso class and checks its contract, in one line each
     if is_callable_env(config.env) and config.vec_env == "subproc" and multiprocessing.get_start_method() != "fork":
         raise UserError(
             f"vec_env subproc runs {config.env} in worker processes, which reach an env callable only when Python "

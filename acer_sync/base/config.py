@@ -54,12 +54,22 @@ class Config:
         "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32; may change on --resume)",
         choices=PRECISIONS,
     )
-    hidden: str = _f("64,64", "hidden layer sizes of the MLP torso (vector observations only)")
+    hidden: str = _f(
+        "64,64", "sizes of the MLP layers for vector observations, one MLP before each head (with --network lstm, one "
+        "before the LSTM); also the Gaussian advantage's MLP. --hidden is its older name", flag="--net-arch",
+    )
     network: str = _f(
         "auto", "the network's torso: auto (cnn for Atari frames, mlp for vectors), mlp, cnn, lstm (MLP then an LSTM) "
         "or cnn_lstm (Nature CNN then an LSTM)", choices=NETWORKS,
     )
     lstm_size: int = _f(128, "units of the LSTM (lstm and cnn_lstm networks)")
+    activation: str = _f("tanh", "activation of the MLP layers (vector observations)", choices=("tanh", "relu", "elu"))
+    torso: str = _f(
+        "", "a torso class of your own, MODULE:CLASS (Stable-Baselines3's features-extractor contract: built as "
+        "CLASS(observation_space, **torso_kwargs), an nn.Module with an int features_dim whose forward maps a float "
+        "batch [B, *observation_space.shape] to [B, features_dim]); --network auto puts the heads on it, lstm an LSTM first",
+    )
+    torso_kwargs: dict = field(default_factory=dict, metadata={"help": "keyword arguments for the --torso class: KEY=VALUE pairs, each value read as YAML"})
     # stored is the default because it won on popgym-PositionOnlyCartPoleEasy-v0 (3 seeds each, 150k
     # steps, README "Recurrent policies"): stored reached a 100-episode mean of 0.95 on 3 of 3 seeds,
     # burn_in on 2 (earlier, at 42k and 47k, but its late mean was lower), zero on 1.
@@ -163,12 +173,21 @@ def setting_defaults() -> dict:
     return {f.name: field_default(f) for f in fields()}
 
 
+#: Other names a setting goes by (in train.py's flags, config files, sweeps and the API).
+SETTING_ALIASES = {"net_arch": "hidden"}
+
+
+def setting_name(name: str) -> str:
+    """The Config field ``name`` stands for (itself, or the field an alias names)."""
+    return SETTING_ALIASES.get(name, name)
+
+
 def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:
     """The preset for this kind of env, then the env's own tuned settings (``configs/envs/``),
     then the user's ``overrides`` (non-None values) on top."""
     values = dict(PRESETS[preset_name(atari, continuous)])
-    values.update(env_settings or {})
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    values.update({setting_name(k): v for k, v in (env_settings or {}).items()})
+    values.update({setting_name(k): v for k, v in overrides.items() if v is not None})
     return Config(**values)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from acer_sync.base.config import fields
+from acer_sync.base.config import fields, setting_name
 from acer_sync.base.errors import UserError
 
 #: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters.
@@ -35,7 +35,9 @@ def field_types() -> dict[str, str]:
 
 
 def check_setting(name: str, value, source: str):
-    """``value`` as Config field ``name`` holds it, or a UserError saying what is wrong in ``source``."""
+    """``value`` as Config field ``name`` (or an alias of it) holds it, or a UserError saying what
+    is wrong in ``source``."""
+    name = setting_name(name)
     types = field_types()
     if name not in types:
         raise UserError(f"{source}: unknown setting {name!r}; settings are train.py's config names, such as replay_ratio")

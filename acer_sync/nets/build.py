@@ -7,14 +7,7 @@ import torch
 
 from acer_sync.base.config import Config, hidden_sizes
 from acer_sync.base.errors import UserError
-from acer_sync.nets.networks import (
-    RECURRENT_ARCHS,
-    ActorCritic,
-    GaussianActorCritic,
-    Network,
-    RecurrentActorCritic,
-    RecurrentGaussianActorCritic,
-)
+from acer_sync.nets.networks import RECURRENT_ARCHS, Network, network_from_spec
 from atari.envs import EnvInfo
 
 
@@ -30,8 +23,13 @@ def select_device(name: str) -> torch.device:
 def network_arch(info: EnvInfo, config: Config) -> str:
     """The torso ``config.network`` asks for, ``auto`` resolved (cnn for frames, mlp for vectors),
     or a one-line UserError where it does not fit the observations."""
-    arch = info.arch if config.network == "auto" else config.network
     frames = info.arch == "cnn"
+    if config.torso:
+        if config.network not in ("auto", "lstm"):
+            raise UserError(f"--torso {config.torso} takes --network auto (its features go to the heads) or lstm "
+                            f"(an LSTM after it), not {config.network}")
+        return "torso_lstm" if config.network == "lstm" else "torso"
+    arch = info.arch if config.network == "auto" else config.network
     if frames != (arch in ("cnn", "cnn_lstm")):
         fits = "cnn or cnn_lstm for image" if frames else "mlp or lstm for vector"
         raise UserError(f"--network {arch} does not fit {info.env_id}; use {fits} observations")
@@ -40,19 +38,27 @@ def network_arch(info: EnvInfo, config: Config) -> str:
     return arch
 
 
-def build_model(info: EnvInfo, config: Config) -> Network:
-    """A softmax actor-critic for discrete actions, a Gaussian policy with an SDN for a Box, on the
-    torso of ``config.network`` (feed-forward, or with an LSTM)."""
+def model_spec(info: EnvInfo, config: Config) -> dict:
+    """The network a run of ``config`` on ``info`` trains, as a spec (:func:`network_from_spec`)."""
     arch, hidden = network_arch(info, config), hidden_sizes(config)
-    recurrent = arch in RECURRENT_ARCHS
+    spec = dict(
+        obs_shape=list(info.obs_shape), n_actions=info.n_actions, arch=arch,
+        hidden=list(hidden) if arch in ("mlp", "lstm", "torso", "torso_lstm") else [],
+        activation=config.activation, policy="gaussian" if info.continuous else "categorical",
+        normalize_obs=config.normalize_obs, obs_dtype=np.dtype(info.frame_dtype).name,
+    )
+    if arch in RECURRENT_ARCHS:
+        spec["lstm_size"] = config.lstm_size
+    if config.torso:
+        spec.update(torso=config.torso, torso_kwargs=dict(config.torso_kwargs))
     if info.continuous:
         half_width = (np.asarray(info.action_high) - np.asarray(info.action_low)) / 2.0
-        init_std = (config.policy_std * half_width).tolist()
-        if recurrent:
-            return RecurrentGaussianActorCritic(
-                info.obs_shape, info.n_actions, arch, hidden, init_std, config.lstm_size, config.normalize_obs
-            )
-        return GaussianActorCritic(info.obs_shape, info.n_actions, hidden, init_std, config.normalize_obs)
-    if recurrent:
-        return RecurrentActorCritic(info.obs_shape, info.n_actions, arch, hidden, config.lstm_size, config.normalize_obs)
-    return ActorCritic(info.obs_shape, info.n_actions, arch, hidden, config.normalize_obs)
+        spec["init_std"] = (config.policy_std * half_width).tolist()
+    return spec
+
+
+def build_model(info: EnvInfo, config: Config) -> Network:
+    """The run's network: the torso ``config.network`` (or ``config.torso``) asks for, with an LSTM
+    for the recurrent ones, and a softmax actor-critic for discrete actions or a Gaussian policy
+    with an SDN for a Box."""
+    return network_from_spec(model_spec(info, config))

@@ -4,7 +4,7 @@ A checkpoint is one ``torch.save`` file holding only tensors, numbers, strings, 
 It is read with ``torch.load(..., weights_only=True)``, whose unpickler refuses any other object,
 so a file that carries a code payload is rejected before the payload can run.
 
-Format 2 (:data:`FORMAT_VERSION`) holds, besides ``format``:
+Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
 
 * ``config``: every :class:`~acer_sync.base.config.Config` field; ``env_id``; ``action_low`` and
   ``action_high``, the Box a Gaussian policy's actions are clipped to (empty for discrete actions);
@@ -31,10 +31,11 @@ import torch
 
 from acer_sync.base.config import setting_defaults
 from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.nets.networks import complete_spec, network_from_spec
 from acer_sync.training.rng_state import capture_rng, restore_rng
 from atari.envs import env_info
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 LATEST = "latest.pt"
 BEST = "best.pt"
 BUFFER_FILE = "buffer.npz"
@@ -119,7 +120,9 @@ def migrate(payload: dict) -> dict:
     is filled in as those versions behaved: settings added since at their defaults, a network spec
     with its first four keys only (a categorical net without normalization), no episode lengths,
     no ``nonfinite_updates`` or ``time_elapsed`` counters (0), and for a Gaussian policy no Box
-    bounds (read from the env). Format 2 adds ``callbacks``.
+    bounds (read from the env). Format 2 adds ``callbacks``. Format 3 is the composed network
+    (:mod:`acer_sync.nets.networks`): its parameters renamed (:data:`FORMAT3_NAMES`), its spec
+    with ``activation`` (tanh), ``torso`` and ``torso_kwargs`` (none) and ``obs_dtype``.
     """
     payload = dict(payload)
     if payload["format"] == 1:
@@ -131,7 +134,52 @@ def migrate(payload: dict) -> dict:
             payload["action_low"], payload["action_high"] = _action_bounds(payload)
         payload["callbacks"] = {}
         payload["format"] = 2
+    if payload["format"] == 2:
+        spec = payload["model_spec"]
+        payload["model_spec"] = complete_spec(spec)
+        for key in ("model", "average_model"):
+            payload[key] = {format3_name(name, spec): tensor for name, tensor in payload[key].items()}
+        payload["optimizer"] = _optimizer_in_order(payload["optimizer"], list(payload["model"]), payload["model_spec"])
+        payload["format"] = 3
     return payload
+
+
+def _optimizer_in_order(optimizer: dict, names: list[str], spec: dict) -> dict:
+    """The optimizer's state, indexed by the composed network's parameter order.
+
+    An optimizer keeps its state by parameter index, in the order of ``parameters()``: a module's
+    own parameters before its children's. The recurrent Gaussian net of format 2 held ``log_std``
+    itself, so it came first; format 3's head holds it, after the torso and the LSTM. ``names``
+    are the saved tensors' (renamed) names in their saved order, which is that order too.
+    """
+    new_order = [name for name, _ in network_from_spec(spec).named_parameters()]
+    old_order = [name for name in names if name in set(new_order)]
+    if old_order == new_order or sorted(old_order) != sorted(new_order):
+        return optimizer
+    old_index = {name: index for index, name in enumerate(old_order)}
+    state = optimizer["state"]
+    moved = {index: state[old_index[name]] for index, name in enumerate(new_order) if old_index[name] in state}
+    return {**optimizer, "state": moved}
+
+
+#: Format 2's parameter names, and what the composed network (format 3) calls them. A vector
+#: net's "torso" was the policy's MLP, which is now the head's (its torso only flattens). The
+#: parameters keep their order, so the optimizer's state (by index) needs no change.
+FORMAT3_NAMES = {
+    "q_torso.": "head.q_mlp.", "value_torso.": "head.value_mlp.", "advantage_torso.": "head.advantage_mlp.",
+    "policy_head.": "head.pi.", "q_head.": "head.q.", "mean_head.": "head.mean.", "value_head.": "head.value.",
+    "advantage_head.": "head.advantage.", "log_std": "head.log_std", "lstm.": "memory.lstm.",
+}
+
+
+def format3_name(name: str, spec: dict) -> str:
+    """What the composed network calls the parameter ``name`` of a format-1 or -2 net of ``spec``."""
+    if spec["arch"] == "mlp" and name.startswith("torso."):
+        return ("head.mean_mlp." if spec.get("policy") == "gaussian" else "head.pi_mlp.") + name[len("torso."):]
+    for old, new in FORMAT3_NAMES.items():
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
 
 
 def _action_bounds(payload: dict) -> tuple[list[float], list[float]]:

@@ -1,0 +1,110 @@
+"""A torso of the user's own (issue 33): SB3's features-extractor contract, from the command line and
+from Python, with the LSTM memory, both heads and bf16; rebuilt by play.py, load and resume in a
+fresh process; and every broken contract a one-line error before anything is written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import user_torsos
+
+import acer_sync
+from acer_sync.nets.networks import network_from_spec
+from acer_sync.training.checkpoint import load_checkpoint
+from helpers import ROOT, one_line_error
+
+SMALL = dict(num_envs=2, vec_env="sync", device="cpu", eval_every=0, log_interval=1, threads=1, verbose=0)
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+
+
+def script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / name), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=ENV)
+
+
+def test_a_torso_from_the_command_line_trains_replays_in_play_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    result = script("train.py", "--env", "CartPole-v1", "--torso", "user_torsos:SmallTorso", "--torso-kwargs",
+                    "features_dim=24", "--num-envs", "2", "--total-timesteps", "400", "--eval-every", "0",
+                    "--run-dir", str(run_dir), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    payload = load_checkpoint(run_dir)
+    spec = payload["model_spec"]
+    assert spec["arch"] == "torso" and spec["torso"] == "user_torsos:SmallTorso" and spec["torso_kwargs"] == {"features_dim": 24}
+    assert payload["model"]["torso.module.layer.1.weight"].shape == (24, 4)
+    played = script("play.py", str(run_dir), "--episodes", "1")
+    assert played.returncode == 0 and "episode 1: score" in played.stdout, played.stderr
+    resumed = script("train.py", "--resume", str(run_dir), "--total-timesteps", "480", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 480
+
+
+@pytest.mark.parametrize("env, network, precision", [
+    ("CartPole-v1", "auto", "fp32"), ("CartPole-v1", "lstm", "bf16"), ("Pendulum-v1", "auto", "fp32"),
+    ("Pendulum-v1", "lstm", "fp32"),
+])
+def test_a_torso_class_from_python_with_either_memory_head_and_precision(tmp_path, env, network, precision):
+    run_dir = acer_sync.train(env, run_dir=tmp_path / "run", total_timesteps=200, torso=user_torsos.SmallTorso,
+                              torso_kwargs={"features_dim": 16}, network=network, precision=precision, lstm_size=8,
+                              replay_start=40, **SMALL)
+    spec = load_checkpoint(run_dir)["model_spec"]
+    assert spec["torso"] == "user_torsos:SmallTorso" and spec["arch"] == ("torso_lstm" if network == "lstm" else "torso")
+    policy = acer_sync.load(run_dir)
+    torso = policy.model.torso.module
+    obs = np.zeros(4 if env == "CartPole-v1" else 3, np.float32)
+    action, state = policy.predict(obs)
+    assert (state is not None) == (network == "lstm")
+    # The torso got a float batch of the observation space's shape.
+    assert torso.seen.dtype == torch.float32 and tuple(torso.seen.shape) == (1, obs.size)
+
+
+def test_an_image_torso_gets_the_frames_scaled_to_one():
+    torso = network_from_spec(dict(
+        obs_shape=[4, 84, 84], n_actions=6, arch="torso", hidden=[], policy="categorical", normalize_obs=False,
+        torso="user_torsos:SmallTorso", torso_kwargs={"features_dim": 8}, obs_dtype="uint8",
+    )).torso
+    frames = torch.full((2, 4, 84, 84), 255, dtype=torch.uint8)
+    torso(frames)
+    assert tuple(torso.module.seen.shape) == (2, 4, 84, 84) and float(torso.module.seen.max()) == 1.0
+
+
+@pytest.mark.parametrize("torso, message", [
+    ("no_such_module:Torso", "cannot import no_such_module (ModuleNotFoundError"),
+    ("user_torsos:Missing", "user_torsos has no Missing"),
+    ("user_torsos", "--torso takes MODULE:CLASS"),
+    ("user_torsos:NotAModule", "is not an nn.Module class"),
+    ("user_torsos:NoFeaturesDim", "must be an nn.Module with an int attribute features_dim >= 1"),
+    ("user_torsos:WrongWidth", "forward must return floats of shape [B, features_dim] = [2, 32] for a batch of 2 observations, got (2, 33)"),
+    ("user_torsos:Refuses", "Refuses(Box("),
+])
+def test_a_broken_torso_is_one_line_before_anything_is_written(tmp_path, torso, message):
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, torso=torso, **SMALL)
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_reports_a_broken_torso_in_one_line(tmp_path):
+    result = script("train.py", "--env", "CartPole-v1", "--torso", "user_torsos:Refuses", "--torso-kwargs", "width=3",
+                    "--run-dir", str(tmp_path / "run"))
+    assert "raised ValueError: width 3 is not supported" in one_line_error(result)
+    assert not (tmp_path / "run").exists()
+
+
+def test_torso_takes_network_auto_or_lstm_only(tmp_path):
+    with pytest.raises(acer_sync.UserError, match="takes --network auto .* or lstm"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", torso=user_torsos.SmallTorso, network="mlp", **SMALL)
+
+
+def test_net_arch_and_activation_shape_the_vector_mlps(tmp_path):
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, net_arch="32,8",
+                              activation="relu", **SMALL)
+    payload = load_checkpoint(run_dir)
+    assert payload["config"]["hidden"] == "32,8" and payload["model_spec"]["activation"] == "relu"
+    model = acer_sync.load(run_dir).model
+    assert isinstance(model.head.pi_mlp.body[2], torch.nn.ReLU) and model.head.q_mlp.body[3].out_features == 8
