@@ -85,6 +85,11 @@ class EnvInfo:
     action_high: tuple[float, ...] = ()
     #: Keyword arguments for ``gym.make``, in every env built from this info (``--env-kwargs``).
     env_kwargs: dict = field(default_factory=dict)
+    #: The observation space as the env itself returns it, where the trainer turns its observations
+    #: into frames of another shape (:func:`adapt_observations`: flattened, one-hot, channels first);
+    #: None where the frames are the env's own observations (and for Atari, whose stacked frames
+    #: ``acer_sync.make_env`` returns).
+    observation_space: gym.Space | None = field(default=None, compare=False)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -156,6 +161,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
     try:
         action_space = env.action_space
         observation_space = env.observation_space
+        own_space = getattr(env, "raw_observation_space", None)
         action_meanings = env.unwrapped.get_action_meanings() if atari else []
     finally:
         env.close()
@@ -187,8 +193,10 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             env_id, False, frame_shape, frame_dtype, 1, int(action_space.shape[0]),
             continuous=True, action_low=tuple(float(x) for x in action_space.low),
             action_high=tuple(float(x) for x in action_space.high), env_kwargs=env_kwargs,
+            observation_space=own_space,
         )
-    return EnvInfo(env_id, False, frame_shape, frame_dtype, 1, int(action_space.n), env_kwargs=env_kwargs)
+    return EnvInfo(env_id, False, frame_shape, frame_dtype, 1, int(action_space.n), env_kwargs=env_kwargs,
+                   observation_space=own_space)
 
 
 def image_layout(space: gym.Space) -> str | None:
@@ -240,14 +248,27 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
             return np.ascontiguousarray(np.moveaxis(obs, -1, 0))
 
         frame = gym.spaces.Box(0, 255, (channels, height, width), np.uint8)
-        return gym.wrappers.TransformObservation(env, channels_first, frame)
+        adapted = gym.wrappers.TransformObservation(env, channels_first, frame)
+        adapted.raw_observation_space = space
+        return adapted
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return env
     bad = unsupported_part(space)
     if bad is not None:
         inside = f" (its {type(bad).__name__} part)" if bad is not space else ""
         raise UserError(f"{env_id} has observation space {space}{inside}; acer_sync supports {SUPPORTED_OBSERVATIONS}")
-    return gym.wrappers.FlattenObservation(env)
+    adapted = gym.wrappers.FlattenObservation(env)
+    adapted.raw_observation_space = space
+    return adapted
+
+
+def adapt_observation(space: gym.Space, observation) -> np.ndarray:
+    """One observation of the env's own ``space`` as :func:`adapt_observations` turns it into a
+    frame: an image channels first, anything else but a flat Box flattened (one-hot for the
+    discrete parts), as ``FlattenObservation`` does."""
+    if image_layout(space) == "hwc":
+        return np.ascontiguousarray(np.moveaxis(np.asarray(observation), -1, 0))
+    return gym.spaces.flatten(space, observation)
 
 
 def baselines_life_loss_actions(action_meanings: list[str]) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ training and evaluation Actor (:class:`acer_sync.rollout.actor.Actor`) stacks th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +28,9 @@ from atari.envs import (
     ATARI_ENTRY_POINT,
     ATARI_STACK,
     NOOP_MAX,
+    EnvInfo,
+    adapt_observation,
+    adapt_observations,
     baselines_life_loss_actions,
     env_info,
     make_gym_env,
@@ -47,11 +51,14 @@ class Policy:
     :param device: where ``model`` lives.
     :param env_kwargs: the keyword arguments the run made its envs with (``--env-kwargs``).
     :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`): the run's.
+    :param observation_space: the env's own observation space, where training turned its
+        observations into frames of another shape (an int of a Discrete space, a Dict, a Tuple, an
+        HWC image: :func:`atari.envs.adapt_observations`); ``predict`` turns them the same way.
     """
 
     def __init__(
         self, model: Network, distribution: Distribution, env_id: str, device: torch.device,
-        env_kwargs: dict | None = None, precision: str = "fp32",
+        env_kwargs: dict | None = None, precision: str = "fp32", observation_space: gym.Space | None = None,
     ):
         self.model = model.eval()
         self.precision = precision
@@ -66,6 +73,8 @@ class Policy:
         self.observation_shape = stacked if stacked[0] > 1 else stacked[1:]
         #: Whether the network carries a state from step to step (``--network lstm`` or ``cnn_lstm``).
         self.recurrent = bool(model.state_shapes)
+        #: The env's own observation space, where its observations are not the network's frames.
+        self.observation_space = observation_space
 
     @torch.inference_mode()
     def predict(
@@ -73,8 +82,11 @@ class Policy:
     ) -> tuple[np.ndarray, PolicyState | None]:
         """The actions for ``observation``, and the state to pass back in with the next one.
 
-        :param observation: one observation (:attr:`observation_shape`) or a batch of them
-            ``[n, *observation_shape]``, as the env (or a vector env) returns them.
+        :param observation: one observation as the env returns it (an int for a Discrete space, a
+            dict for a Dict, a tuple for a Tuple, an HWC image, a vector; Atari: the stacked frames
+            of :func:`make_env`), or a batch of them as a gymnasium vector env returns it (a dict
+            of arrays ``[n, ...]`` for a Dict), or frames as training stores them
+            (:attr:`observation_shape`, ``[n, *observation_shape]``).
         :param state: what the previous call returned (None at the start; always None for a
             feed-forward policy).
         :param episode_start: per observation, whether an episode starts at it (its state is reset
@@ -84,14 +96,7 @@ class Policy:
         :return: ``(action, state)``: one action for one observation, ``[n, ...]`` for a batch
             (Box actions clipped to the bounds); the next state, None for a feed-forward policy.
         """
-        obs = np.asarray(observation)
-        single = obs.shape == self.observation_shape
-        if not single and obs.shape[1:] != self.observation_shape:
-            raise UserError(
-                f"predict takes an observation of shape {self.observation_shape} or a batch [n, "
-                f"{', '.join(map(str, self.observation_shape))}], got {obs.shape}" + self._stack_hint()
-            )
-        batch = obs[None] if single else obs
+        batch, single = self._frames(observation)
         n = len(batch)
         obs_tensor = torch.as_tensor(np.ascontiguousarray(batch).reshape(n, *self.model.obs_shape), device=self.device)
         first = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
@@ -104,6 +109,31 @@ class Policy:
         actions = self.distribution.env_actions(actions.cpu().numpy())
         returned = tuple(s.cpu().numpy() for s in next_state) if self.recurrent else None
         return (actions[0] if single else actions), returned
+
+    def _frames(self, observation) -> tuple[np.ndarray, bool]:
+        """The network's frames ``[n, ...]`` of one observation or a batch, and whether it was one.
+
+        Taken as the env's own (its space's structure decides one or a batch: a gymnasium vector
+        env's batch of a Dict is a dict of arrays ``[n, ...]``), or as frames already."""
+        space = self.observation_space
+        if space is not None:
+            kind = _one_or_batch(space, observation)
+            if kind is not None:
+                items = [observation] if kind == 1 else _unbatch(space, observation)
+                try:
+                    frames = np.stack([adapt_observation(space, item) for item in items])
+                except (ValueError, TypeError, KeyError, IndexError, AssertionError) as error:
+                    raise UserError(f"predict takes an observation of {space} or a batch of them; this one does not fit it "
+                                    f"({type(error).__name__}: {error})") from None
+                return frames, kind == 1
+        obs = np.asarray(observation) if not isinstance(observation, (dict, tuple)) else None
+        shape = self.observation_shape
+        if obs is not None and obs.dtype != object and (obs.shape == shape or obs.shape[1:] == shape):
+            return (obs[None] if obs.shape == shape else obs), obs.shape == shape
+        got = f"shape {obs.shape}" if obs is not None and obs.dtype != object else type(observation).__name__
+        expected = f"{space} (or a batch of them) as the env returns it, or frames of shape {shape}" if space is not None \
+            else f"shape {shape} or a batch [n, {', '.join(map(str, shape))}]"
+        raise UserError(f"predict takes an observation of {expected}, got {got}" + self._stack_hint())
 
     def _state(self, state: PolicyState | None, n: int) -> tuple[torch.Tensor, ...]:
         """The network's state of ``n`` observations: the start state, or ``state`` checked."""
@@ -140,31 +170,68 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__})") from None
-    check_env_fits(path, payload)
+    info = check_env_fits(path, payload)
     device = device if isinstance(device, torch.device) else select_device(device)
     n = int(spec["n_actions"])
     distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n)
-    return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision)
+    return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
+                  observation_space=info.observation_space if info is not None else None)
 
 
-def check_env_fits(path, payload: dict) -> None:
-    """A UserError where the env a checkpoint names is not the one its network was built for (its
-    observations, actions or settings give another network). An env that cannot be made here (a
-    callable of another process, a module not importable here) is not checked."""
+def _one_or_batch(space: gym.Space, observation) -> int | None:
+    """1 where ``observation`` is one observation of ``space``, 2 where it is a batch of them (as a
+    gymnasium vector env returns it), None where its structure is neither."""
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(observation, dict) or set(observation) != set(space.spaces):
+            return None
+        key = next(iter(space.spaces))
+        return _one_or_batch(space.spaces[key], observation[key])
+    if isinstance(space, gym.spaces.Tuple):
+        if not isinstance(observation, tuple) or len(observation) != len(space.spaces):
+            return None
+        return _one_or_batch(space.spaces[0], observation[0])
+    array = np.asarray(observation)
+    if array.dtype == object:
+        return None
+    if isinstance(space, gym.spaces.Discrete):
+        if not np.issubdtype(array.dtype, np.integer):
+            return None
+        return {0: 1, 1: 2}.get(array.ndim)
+    shape = tuple(space.shape or ())
+    return 1 if array.shape == shape else 2 if array.shape[1:] == shape else None
+
+
+def _unbatch(space: gym.Space, batch) -> list:
+    """A vector env's batch of ``space`` as a list of single observations."""
+    if isinstance(space, gym.spaces.Dict):
+        parts = {key: _unbatch(sub, batch[key]) for key, sub in space.spaces.items()}
+        return [dict(zip(parts, values)) for values in zip(*parts.values())]
+    if isinstance(space, gym.spaces.Tuple):
+        parts = [_unbatch(sub, part) for sub, part in zip(space.spaces, batch)]
+        return [tuple(values) for values in zip(*parts)]
+    return list(np.asarray(batch))
+
+
+def check_env_fits(path, payload: dict) -> EnvInfo | None:
+    """The env a checkpoint names, or a UserError where it is not the one its network was built for
+    (its observations, actions or settings give another network). None for an env that cannot be
+    made here (a callable of another process, a module not importable here): it is not checked."""
     try:
         info = env_info(str(payload["env_id"]), dict(payload["config"]["env_kwargs"]))
         expected = build_model(info, Config(**payload["config"])).spec()
     except (UserError, TypeError, ValueError):
-        return
+        return None
     if expected != payload["model_spec"]:
         differing = sorted(key for key in set(expected) | set(payload["model_spec"])
                            if expected.get(key) != payload["model_spec"].get(key))
         shown = "; ".join(f"{key} {payload['model_spec'].get(key)} (the env gives {expected.get(key)})" for key in differing[:3])
         raise UserError(f"{path} holds a network that does not fit its env {payload['env_id']}: {shown}")
+    return info
 
 
 def make_env(
-    env_id: str, render_mode: str | None = None, noop_max: int = NOOP_MAX, env_kwargs: dict | None = None,
+    env_id: str | Callable[[], gym.Env], render_mode: str | None = None, noop_max: int = NOOP_MAX,
+    env_kwargs: dict | None = None,
 ) -> gym.Env:
     """A gymnasium env whose observations :meth:`Policy.predict` takes as they come.
 
@@ -175,11 +242,17 @@ def make_env(
     ``play.py`` play them. Episodes are full games, as in evaluation; rewards are raw. Any other
     id is ``gym.make(env_id)``, its observations flattened as training flattens them.
 
-    :param env_id: a registered gymnasium env id.
+    :param env_id: a registered gymnasium env id, or the zero-argument callable a run was trained
+        with (``acer_sync.train(make_my_env)``): its env, observations as training turns them.
     :param render_mode: gymnasium's ``render_mode`` (``"human"``, ``"rgb_array"``).
     :param noop_max: the most no-ops at reset (0: deterministic resets).
     :param env_kwargs: keyword arguments for ``gym.make`` (a run's ``--env-kwargs``: ``policy.env_kwargs``).
     """
+    if callable(env_id):
+        name = getattr(env_id, "__qualname__", type(env_id).__name__)
+        if render_mode is not None or env_kwargs:
+            raise UserError(f"make_env of the callable {name} takes no render_mode or env_kwargs: the callable makes the env")
+        return adapt_observations(env_id(), name)
     env = make_gym_env(env_id, render_mode, noop_max, env_kwargs)
     if resolve_spec(env_id).entry_point != ATARI_ENTRY_POINT:
         return env

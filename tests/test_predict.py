@@ -1,0 +1,105 @@
+"""Policy.predict takes exactly what the env returns (issue 33): one observation or a gymnasium
+vector env's batch, for every supported space (int, dict, tuple, HWC image, vector), with and
+without memory; a wrong observation is one line naming the space it expected."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import acer_sync
+
+SMALL = dict(total_timesteps=40, num_envs=2, vec_env="sync", device="cpu", eval_every=0, verbose=0, hidden="8",
+             lstm_size=4, threads=1)
+
+
+class DictSensors(gym.Env):
+    """A Dict of a 3-vector and a Discrete(4) sensor; two actions; 20 steps an episode."""
+
+    observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-1, 1, (3,), np.float32), "mode": gym.spaces.Discrete(4)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.observation_space.sample(), float(action), False, self.t >= 20, {}
+
+
+class Camera(DictSensors):
+    """An HWC RGB image, 36x36x3."""
+
+    observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
+
+
+def make_dict_env():
+    return DictSensors()
+
+
+def make_camera_env():
+    return Camera()
+
+
+CASES = {  # name: (env for training, a function that makes the env whose observations predict gets)
+    "discrete int (FrozenLake)": ("FrozenLake-v1", lambda: gym.make("FrozenLake-v1")),
+    "tuple (Blackjack)": ("Blackjack-v1", lambda: gym.make("Blackjack-v1")),
+    "dict": (make_dict_env, make_dict_env),
+    "hwc image": (make_camera_env, make_camera_env),
+    "vector (CartPole)": ("CartPole-v1", lambda: gym.make("CartPole-v1")),
+}
+
+
+@pytest.fixture(scope="module", params=[(name, network) for name in CASES for network in ("auto", "lstm")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def trained(request, tmp_path_factory):
+    name, network = request.param
+    if name == "hwc image" and network == "lstm":
+        network = "cnn_lstm"
+    env, make = CASES[name]
+    run_dir = acer_sync.train(env, run_dir=tmp_path_factory.mktemp("predict") / "run", network=network, **SMALL)
+    return acer_sync.load(run_dir), make
+
+
+def test_predict_takes_one_observation_as_the_env_returns_it(trained):
+    policy, make = trained
+    env = make()
+    obs, _ = env.reset(seed=0)
+    state = None
+    for start in (True, False, False):
+        action, state = policy.predict(obs, state, episode_start=[start])
+        assert env.action_space.contains(action)
+        assert (state is not None) == policy.recurrent
+        obs, *_ = env.step(action)
+
+
+def test_predict_takes_a_vector_envs_batch(trained):
+    policy, make = trained
+    envs = gym.vector.SyncVectorEnv([make, make, make])
+    obs, _ = envs.reset(seed=0)
+    actions, state = policy.predict(obs, episode_start=np.ones(3, bool))
+    assert np.shape(actions) == (3,) and all(envs.single_action_space.contains(a) for a in actions)
+    envs.step(actions)
+    envs.close()
+
+
+def test_predict_refuses_a_wrong_observation_in_one_line_naming_the_space(trained):
+    policy, _ = trained
+    with pytest.raises(acer_sync.UserError) as error:
+        policy.predict({"no": "such"} if policy.observation_space is None else np.zeros((2, 2, 2, 2, 2)))
+    message = str(error.value)
+    assert "\n" not in message and "predict takes an observation of " in message
+    if policy.observation_space is not None:
+        assert str(policy.observation_space) in message
+
+
+def test_make_env_takes_the_callable_a_run_was_trained_with(tmp_path):
+    run_dir = acer_sync.train(make_dict_env, run_dir=tmp_path / "run", **SMALL)
+    policy, env = acer_sync.load(run_dir), acer_sync.make_env(make_dict_env)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (7,)  # flattened as training flattens it: 3 + one-hot of 4; predict takes it too
+    action, _ = policy.predict(obs)
+    assert env.action_space.contains(action)
