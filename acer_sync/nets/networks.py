@@ -49,8 +49,8 @@ from acer_sync.nets.normalization import ObservationNormalizer
 from acer_sync.nets.torsos import MLP, FlattenTorso, NatureCNN, UserTorso, init_orthogonal
 
 __all__ = [
-    "ARCHS", "LOG_STD_MAX", "LOG_STD_MIN", "RECURRENT_ARCHS", "ActorCriticNet", "Network", "State", "complete_spec",
-    "network_from_spec",
+    "ARCHS", "LOG_STD_MAX", "LOG_STD_MIN", "RECURRENT_ARCHS", "ActorCriticNet", "Network", "PolyakAverage", "State",
+    "complete_spec", "network_from_spec",
     "polyak_update", "probabilities",
 ]
 
@@ -184,20 +184,30 @@ def network_from_spec(spec: dict) -> Network:
     return ActorCriticNet(spec)
 
 
-@torch.no_grad()
-def polyak_update(average: nn.Module, online: nn.Module, alpha: float) -> None:
+class PolyakAverage:
     """θ_a ← α θ_a + (1 − α) θ, in place, for every parameter (Wang et al. 2017, Sec. 3.3).
 
     Works on the parameter tensors themselves (not on rebound names), so the average network
     really moves: each parameter moves by exactly (1 − α) of its distance to the online one.
     Buffers (the observation normalizer's running statistics) are copied, not averaged: both
-    networks must see observations normalized the same way.
+    networks must see observations normalized the same way. The tensors are listed once: walking
+    the modules for them at every update cost a small net a tenth of its update time.
     """
-    for avg_buffer, online_buffer in zip(average.buffers(), online.buffers()):
-        avg_buffer.copy_(online_buffer)
-    avg_params = list(average.parameters())
-    online_params = list(online.parameters())
-    if len(avg_params) != len(online_params):
-        raise ValueError("average and online networks differ in their parameters")
-    torch._foreach_mul_(avg_params, alpha)
-    torch._foreach_add_(avg_params, online_params, alpha=1.0 - alpha)
+
+    def __init__(self, average: nn.Module, online: nn.Module):
+        self.average_params, self.online_params = list(average.parameters()), list(online.parameters())
+        self.average_buffers, self.online_buffers = list(average.buffers()), list(online.buffers())
+        if len(self.average_params) != len(self.online_params) or len(self.average_buffers) != len(self.online_buffers):
+            raise ValueError("average and online networks differ in their parameters")
+
+    @torch.no_grad()
+    def update(self, alpha: float) -> None:
+        for average_buffer, online_buffer in zip(self.average_buffers, self.online_buffers):
+            average_buffer.copy_(online_buffer)
+        torch._foreach_mul_(self.average_params, alpha)
+        torch._foreach_add_(self.average_params, self.online_params, alpha=1.0 - alpha)
+
+
+def polyak_update(average: nn.Module, online: nn.Module, alpha: float) -> None:
+    """One :class:`PolyakAverage` step of ``average`` towards ``online``."""
+    PolyakAverage(average, online).update(alpha)

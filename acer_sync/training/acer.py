@@ -12,7 +12,7 @@ from acer_sync.base.timing import PhaseTimer
 from acer_sync.math import losses
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.distributions import distribution_of_spec
-from acer_sync.nets.networks import Network, network_from_spec, polyak_update
+from acer_sync.nets.networks import Network, PolyakAverage, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
 from acer_sync.replay.buffer import Batch
 
@@ -71,7 +71,9 @@ class ACER:
         self.average_model.requires_grad_(False)
         self.net = NetworkPasses(model, config.precision, device)
         self.average_net = NetworkPasses(self.average_model, config.precision, device)
-        self.optimizer = RMSpropTF(model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
+        self.parameters = list(model.parameters())  # listed once (see PolyakAverage)
+        self.optimizer = RMSpropTF(self.parameters, lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
+        self.polyak = PolyakAverage(self.average_model, model)
         self.nonfinite_updates = 0
         self.nonfinite_streak = 0  # non-finite updates in a row
         self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
@@ -190,14 +192,14 @@ class ACER:
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        grad_norm = nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
         finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
         if finite:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
             with self.timer("average_update"):
-                polyak_update(self.average_model, self.model, cfg.alpha)
+                self.polyak.update(cfg.alpha)
             self.nonfinite_streak = 0
         else:
             self.nonfinite_updates += 1
