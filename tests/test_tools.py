@@ -230,3 +230,25 @@ def test_life_loss_frames_bad_input_is_one_line(tmp_path, problem, message):
     assert result.stderr.startswith("life_loss_frames.py: error: ") and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1  # FFmpeg's own complaints silenced too
     assert not out.exists()
+
+
+def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_the_budget_leaves_out(tmp_path):
+    # The report tools/gpu_report.sh runs first on a lent GPU, tried here as its dry run: one
+    # setting fits the budget (bench.py --device cpu), the rest are recorded as skipped.
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--device", "cpu", "--seconds", "2",
+                             "--budget", "40", "--out", str(tmp_path), "--python", sys.executable],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (report,) = tmp_path.glob("cpu-*.jsonl")
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert lines[0]["report"] == "--num-envs 16" and lines[0]["num_envs"] == 16 and lines[0]["device"] == "cpu"
+    assert all("skipped" in line for line in lines[1:-1]) and len(lines) == 9  # 8 settings and the tests
+    assert lines[-1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
+
+
+def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--out", str(tmp_path), "--python", sys.executable],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if "torch sees no CUDA device" not in result.stderr:
+        pytest.skip("this machine has CUDA")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
