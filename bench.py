@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import sys
 import tempfile
@@ -81,6 +82,24 @@ def synthetic_segment(rng: np.random.Generator, info, fields, num_envs: int, nst
     for state in segment.state:
         state[...] = 0.0
     return segment
+
+
+def machine(device: torch.device) -> dict:
+    """What the figures were measured on: the device's name, the CPU's model, its cores (all, and
+    those this process may use), so that a line of JSON says where it came from."""
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu_model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model or "cpu",
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+    }
 
 
 def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
@@ -226,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "env": config.env,
         "device": str(trainer.device),
+        "machine": machine(trainer.device),
         "num_envs": config.num_envs,
         "nsteps": config.nsteps,
         "replay_ratio": config.replay_ratio,

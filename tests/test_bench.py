@@ -11,7 +11,7 @@ from helpers import ROOT, one_line_error
 KEYS = {
     "steps_per_sec", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
     "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
-    "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions",
+    "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
 }
 PHASES = {"env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -26,6 +26,7 @@ def test_bench_prints_json_with_every_key(env, network, arch):
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert KEYS <= set(figures) and figures["network"] == arch
     assert PHASES <= set(figures["phase_seconds"])
+    assert figures["machine"]["cpu_count"] >= figures["machine"]["cpus_usable"] >= 1 and figures["machine"]["device_name"]
     assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0
     if env == "PongNoFrameskip-v4":
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
