@@ -14,8 +14,9 @@ Four measurements, each for a quarter of ``--seconds`` after a warm-up:
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
   Under ``--precision bf16`` its passes run in the same bf16 autocast as training's.
 * ``steps_per_sec``: end to end, through :class:`acer_sync.training.trainer.Trainer`'s own
-  ``collect()`` and ``learn()``, with
-  replay active from the start over a prefilled buffer, and the time spent in each phase.
+  ``collect()`` and ``learn()``, with replay active from the start over a prefilled buffer, for
+  half of its quarter with the phase timer off; then ``steps_per_sec_timed`` and the time spent in
+  each phase, with the timer on (on CUDA it synchronizes the device at every phase).
 
 With ``--json`` the last line of stdout is one JSON object with every figure.
 """
@@ -186,29 +187,36 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     return calls * N * T / elapsed
 
 
-def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, dict[str, float]]:
+def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, dict[str, float]]:
     """The Trainer's own iteration, :meth:`~acer_sync.training.trainer.Trainer.collect` then
-    :meth:`~acer_sync.training.trainer.Trainer.learn`, with the phase timer on."""
+    :meth:`~acer_sync.training.trainer.Trainer.learn`: half of ``seconds`` with the phase timer off
+    (the headline figure: on CUDA the timer synchronizes the device at every phase), then half with
+    it on, for the phases. Returns both steps/s, untimed and timed, and the timed half's phases."""
 
     def iteration():
         trainer.collect()
         trainer.learn()
 
+    def window(timed: bool) -> tuple[float, float]:
+        trainer.timer.reset()
+        trainer.timer.enabled = timed
+        start_steps, start = trainer.timesteps, time.perf_counter()
+        while trainer.timesteps == start_steps or time.perf_counter() - start < seconds / 2:
+            iteration()
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        trainer.timer.enabled = False
+        return (trainer.timesteps - start_steps) / elapsed, elapsed
+
     for _ in range(2):
         iteration()
-    trainer.timer.reset()
-    trainer.timer.enabled = True
-    start_steps, start = trainer.timesteps, time.perf_counter()
-    while trainer.timesteps == start_steps or time.perf_counter() - start < seconds:
-        iteration()
-    if trainer.device.type == "cuda":
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    trainer.timer.enabled = False
+    untimed_sps, _ = window(timed=False)
+    timed_sps, elapsed = window(timed=True)
     phases = {phase: trainer.timer.seconds.get(phase, 0.0) for phase in PHASES}
     phases["other"] = elapsed - sum(v for k, v in phases.items() if k != "average_update")  # nested in updates
     phases["total"] = elapsed
-    return (trainer.timesteps - start_steps) / elapsed, phases
+    return untimed_sps, timed_sps, phases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps, learner_updates = bench_learner(trainer, quarter, rng)
         raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
-        steps_sps, phases = bench_end_to_end(trainer, quarter)
+        steps_sps, timed_sps, phases = bench_end_to_end(trainer, quarter)
         trainer.close()
 
     default_bytes = ReplayBuffer.bytes_needed(trainer.fields, config.num_envs, config.nsteps, 50_000, info.stack)
@@ -250,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         "nsteps": config.nsteps,
         "replay_ratio": config.replay_ratio,
         "steps_per_sec": round(steps_sps, 1),
+        "steps_per_sec_timed": round(timed_sps, 1),
         "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
         "env_steps_per_sec": round(env_sps, 1),
-        "env_steps_per_sec_in_loop": round(steps_sps * phases["total"] / max(phases["env"], 1e-9), 1),
+        "env_steps_per_sec_in_loop": round(timed_sps * phases["total"] / max(phases["env"], 1e-9), 1),
         "learner_steps_per_sec": round(learner_sps, 1),
         "learner_updates_per_iteration": round(learner_updates, 3),
         "raw_learner_steps_per_sec": round(raw_sps, 1),
@@ -272,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "env_backend": choose_backend(info, config.vec_env),
         "versions": package_versions(),
     }
-    print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s)")
+    print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s; "
+          f"{result['steps_per_sec_timed']:.1f} with the phase timer on)")
     print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {result['env_steps_per_sec_in_loop']:.1f})")
     print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s")
     print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s")

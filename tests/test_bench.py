@@ -9,7 +9,7 @@ import pytest
 from helpers import ROOT, one_line_error
 
 KEYS = {
-    "steps_per_sec", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
+    "steps_per_sec", "steps_per_sec_timed", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
     "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
     "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
 }
