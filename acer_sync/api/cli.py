@@ -86,7 +86,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif f.type in (float, "float"):
             parser.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
         else:
-            parser.add_argument(*flags, type=str, **kwargs)
+            parser.add_argument(*flags, type=str, metavar=f.metadata.get("metavar"), **kwargs)
 
 
 def config_overrides(args: argparse.Namespace) -> dict:

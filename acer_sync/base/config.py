@@ -57,6 +57,7 @@ class Config:
     hidden: str = _f(
         "64,64", "sizes of the MLP layers for vector observations, one MLP before each head (with --network lstm, one "
         "before the LSTM); also the Gaussian advantage's MLP. --hidden is its older name", flag="--net-arch",
+        metavar="SIZES",
     )
     network: str = _f(
         "auto", "the network's torso: auto (cnn for Atari frames, mlp for vectors), mlp, cnn, lstm (MLP then an LSTM) "
@@ -68,6 +69,7 @@ class Config:
         "", "a torso class of your own, MODULE:CLASS (Stable-Baselines3's features-extractor contract: built as "
         "CLASS(observation_space, **torso_kwargs), an nn.Module with an int features_dim whose forward maps a float "
         "batch [B, *observation_space.shape] to [B, features_dim]); --network auto puts the heads on it, lstm an LSTM first",
+        metavar="MODULE:CLASS",
     )
     torso_kwargs: dict = field(default_factory=dict, metadata={"help": "keyword arguments for the --torso class: KEY=VALUE pairs, each value read as YAML"})
     # stored is the default because it won on popgym-PositionOnlyCartPoleEasy-v0 (3 seeds each, 150k
