@@ -116,11 +116,6 @@ class ActorCriticNet(nn.Module):
         """What a checkpoint must match to be loaded into this network."""
         return dict(self._spec)
 
-    @classmethod
-    def from_spec(cls, spec: dict) -> "ActorCriticNet":
-        """A new, freshly initialised network with the architecture :meth:`spec` describes."""
-        return cls(spec)
-
     def compile(self, *args, **kwargs) -> None:
         """``torch.compile`` the torso and the head in place (the state_dict keys stay the same)."""
         self.torso.compile(*args, **kwargs)
