@@ -15,6 +15,7 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector.utils import batch_space, iterate
 
 from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
@@ -117,15 +118,15 @@ class Policy:
         env's batch of a Dict is a dict of arrays ``[n, ...]``), or as frames already."""
         space = self.observation_space
         if space is not None:
-            kind = _one_or_batch(space, observation)
-            if kind is not None:
-                items = [observation] if kind == 1 else _unbatch(space, observation)
+            n = _batch_size(space, observation)
+            if n is not None:
+                items = [observation] if n == 0 else iterate(batch_space(space, n), observation)
                 try:
                     frames = np.stack([adapt_observation(space, item) for item in items])
                 except (ValueError, TypeError, KeyError, IndexError, AssertionError) as error:
                     raise UserError(f"predict takes an observation of {space} or a batch of them; this one does not fit it "
                                     f"({type(error).__name__}: {error})") from None
-                return frames, kind == 1
+                return frames, n == 0
         obs = np.asarray(observation) if not isinstance(observation, (dict, tuple)) else None
         shape = self.observation_shape
         if obs is not None and obs.dtype != object and (obs.shape == shape or obs.shape[1:] == shape):
@@ -178,38 +179,28 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
                   observation_space=info.observation_space if info is not None else None)
 
 
-def _one_or_batch(space: gym.Space, observation) -> int | None:
-    """1 where ``observation`` is one observation of ``space``, 2 where it is a batch of them (as a
-    gymnasium vector env returns it), None where its structure is neither."""
+def _batch_size(space: gym.Space, observation) -> int | None:
+    """0 where ``observation`` is one observation of ``space``, n where it is a batch of n (as a
+    gymnasium vector env returns it: a dict of arrays ``[n, ...]`` for a Dict), None where its
+    structure is neither."""
     if isinstance(space, gym.spaces.Dict):
         if not isinstance(observation, dict) or set(observation) != set(space.spaces):
             return None
         key = next(iter(space.spaces))
-        return _one_or_batch(space.spaces[key], observation[key])
+        return _batch_size(space.spaces[key], observation[key])
     if isinstance(space, gym.spaces.Tuple):
         if not isinstance(observation, tuple) or len(observation) != len(space.spaces):
             return None
-        return _one_or_batch(space.spaces[0], observation[0])
+        return _batch_size(space.spaces[0], observation[0])
     array = np.asarray(observation)
     if array.dtype == object:
         return None
-    if isinstance(space, gym.spaces.Discrete):
-        if not np.issubdtype(array.dtype, np.integer):
-            return None
-        return {0: 1, 1: 2}.get(array.ndim)
     shape = tuple(space.shape or ())
-    return 1 if array.shape == shape else 2 if array.shape[1:] == shape else None
-
-
-def _unbatch(space: gym.Space, batch) -> list:
-    """A vector env's batch of ``space`` as a list of single observations."""
-    if isinstance(space, gym.spaces.Dict):
-        parts = {key: _unbatch(sub, batch[key]) for key, sub in space.spaces.items()}
-        return [dict(zip(parts, values)) for values in zip(*parts.values())]
-    if isinstance(space, gym.spaces.Tuple):
-        parts = [_unbatch(sub, part) for sub, part in zip(space.spaces, batch)]
-        return [tuple(values) for values in zip(*parts)]
-    return list(np.asarray(batch))
+    if isinstance(space, gym.spaces.Discrete) and not np.issubdtype(array.dtype, np.integer):
+        return None
+    if array.shape == shape:
+        return 0
+    return len(array) if array.ndim and array.shape[1:] == shape else None
 
 
 def check_env_fits(path, payload: dict) -> EnvInfo | None:
