@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
-from acer_sync.nets.build import build_model, select_device
+from acer_sync.nets.build import model_spec, select_device
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
@@ -209,7 +209,7 @@ def check_env_fits(path, payload: dict) -> EnvInfo | None:
     made here (a callable of another process, a module not importable here): it is not checked."""
     try:
         info = env_info(str(payload["env_id"]), dict(payload["config"]["env_kwargs"]))
-        expected = build_model(info, Config(**payload["config"])).spec()
+        expected = model_spec(info, Config(**payload["config"]))
     except (UserError, TypeError, ValueError):
         return None
     if expected != payload["model_spec"]:

@@ -37,7 +37,7 @@ from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
-from acer_sync.nets.build import build_model, network_arch
+from acer_sync.nets.build import build_model, model_spec, network_arch
 from acer_sync.nets.torsos import torso_name
 from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
@@ -320,7 +320,7 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
         check_progress(progress)
     info = env_info(config.env, config.env_kwargs)
     check_config(config, info)
-    expected = build_model(info, config).spec()
+    expected = model_spec(info, config)
     if payload["model_spec"] != expected or payload["env_id"] != config.env:
         raise UserError(
             f"the checkpoint in {run_dir} was made for {payload['env_id']} with network "

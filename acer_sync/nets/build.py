@@ -7,7 +7,7 @@ import torch
 
 from acer_sync.base.config import Config, hidden_sizes
 from acer_sync.base.errors import UserError
-from acer_sync.nets.networks import RECURRENT_ARCHS, Network, network_from_spec
+from acer_sync.nets.networks import RECURRENT_ARCHS, Network, complete_spec, network_from_spec
 from atari.envs import EnvInfo
 
 
@@ -39,7 +39,8 @@ def network_arch(info: EnvInfo, config: Config) -> str:
 
 
 def model_spec(info: EnvInfo, config: Config) -> dict:
-    """The network a run of ``config`` on ``info`` trains, as a spec (:func:`network_from_spec`)."""
+    """The network a run of ``config`` on ``info`` trains, as its full spec (what
+    :meth:`~acer_sync.nets.networks.ActorCriticNet.spec` returns): derived, without building it."""
     arch, hidden = network_arch(info, config), hidden_sizes(config)
     spec = dict(
         obs_shape=list(info.obs_shape), n_actions=info.n_actions, arch=arch,
@@ -54,7 +55,7 @@ def model_spec(info: EnvInfo, config: Config) -> dict:
     if info.continuous:
         half_width = (np.asarray(info.action_high) - np.asarray(info.action_low)) / 2.0
         spec["init_std"] = (config.policy_std * half_width).tolist()
-    return spec
+    return complete_spec(spec)
 
 
 def build_model(info: EnvInfo, config: Config) -> Network:
