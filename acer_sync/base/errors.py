@@ -19,16 +19,14 @@ from acer_sync.base.outcome import Outcome, Stop
 from atari.errors import EnvFailed, EnvTimedOut, UserError
 
 __all__ = [
-    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "EXIT_WRITE_FAILED", "STOP_SIGNALLED",
-    "UserError", "WriteFailed", "exit_code", "print_error", "run_cli",
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "STOP_SIGNALLED", "UserError", "WriteFailed",
+    "exit_code", "print_error", "run_cli",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
 EXIT_TRIAL_FAILED = 1
 #: Bad input: flags, env id, files, settings.
 EXIT_USER_ERROR = 2
-#: A file of the run could not be written (:class:`WriteFailed`), by a run or by a script.
-EXIT_WRITE_FAILED = 5
 #: After SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a checkpoint
 #: first; a second SIGINT exits at once and keeps the previous checkpoint.
 EXIT_INTERRUPTED = 130
@@ -104,12 +102,11 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     except UserError as error:
         print_error(prog, str(error))
         sys.exit(EXIT_USER_ERROR)
-    except WriteFailed as error:
+    except (WriteFailed, EnvFailed) as error:  # outside a run (play.py): a run turns them into its outcome
         print_error(prog, str(error))
-        sys.exit(EXIT_WRITE_FAILED)
-    except EnvFailed as error:  # outside a run (play.py): a run turns it into its outcome
-        print_error(prog, str(error))
-        sys.exit(EXIT_CODES[Stop.ENV_TIMEOUT if isinstance(error, EnvTimedOut) else Stop.ENV_FAILED])
+        stop = Stop.WRITE_FAILED if isinstance(error, WriteFailed) else (
+            Stop.ENV_TIMEOUT if isinstance(error, EnvTimedOut) else Stop.ENV_FAILED)
+        sys.exit(EXIT_CODES[stop])
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED

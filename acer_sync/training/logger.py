@@ -50,10 +50,13 @@ class Logger:
                     raise WriteFailed(self.csv_path, error) from None
         try:
             self.csv_file = open(self.csv_path, "a", newline="")
-            purge_step = None if resume_step is None else resume_step + 1
-            self.writer = SummaryWriter(log_dir=str(self.tb_path), purge_step=purge_step)
         except OSError as error:
-            raise WriteFailed(self.csv_path if not hasattr(self, "csv_file") else self.tb_path, error) from None
+            raise WriteFailed(self.csv_path, error) from None
+        try:
+            self.writer = SummaryWriter(log_dir=str(self.tb_path), purge_step=None if resume_step is None else resume_step + 1)
+        except OSError as error:
+            self.csv_file.close()
+            raise WriteFailed(self.tb_path, error) from None
 
     def log(self, row: dict[str, float]) -> None:
         try:
