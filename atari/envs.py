@@ -394,8 +394,9 @@ class VecEnv:
     reward; a worker process that died is an :class:`EnvWorkerDied`; a step or reset that takes
     longer than ``timeout`` seconds (0: no limit) is an :class:`EnvTimedOut`. The timeout is a
     ``SIGALRM`` timer, armed around each call made in the main thread, whose handler is this
-    module's while a VecEnv made there is open (in other threads, as a Ray trial's, there is none); it ends a hang in Python code or in a wait on a ``subproc``
-    worker, not one inside a C extension that never returns to Python (ale-py's own threads).
+    module's while a VecEnv made there is open (in other threads, as a Ray trial's, there is none).
+    It ends a hang in Python code or in a wait on a ``subproc`` worker, not one inside a C
+    extension that never returns to Python (ale-py's own threads).
     """
 
     def __init__(
