@@ -45,7 +45,9 @@ from acer_sync.nets.precision import autocast, runs_in_bf16, to_float32
 from acer_sync.replay.buffer import ReplayBuffer, Segment, empty_segment
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.trainer import Trainer
+from atari import parts
 from atari.envs import VecEnv, choose_backend, env_info
+from atari.stacking import FrameStacker
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
 BENCH_BUFFER_STEPS = 2_000
@@ -66,14 +68,19 @@ def parse_args(argv: list[str]):
     return parser.parse_args(argv)
 
 
+def fill_random(rng: np.random.Generator, frames: np.ndarray) -> np.ndarray:
+    """``frames`` filled in place with random pixels (uint8) or standard normal values."""
+    if frames.dtype == np.uint8:
+        frames[...] = rng.integers(0, 256, frames.shape, dtype=np.uint8)
+    else:
+        frames[...] = rng.standard_normal(frames.shape).astype(frames.dtype)
+    return frames
+
+
 def synthetic_segment(rng: np.random.Generator, info, fields, num_envs: int, nsteps: int) -> Segment:
     """A segment of random frames and a random behaviour policy, shaped like the Runner's."""
     segment = empty_segment(fields, nsteps, num_envs)
-    frames_shape = segment.frames.shape
-    if info.frame_dtype == np.uint8:
-        segment.frames[...] = rng.integers(0, 256, frames_shape, dtype=np.uint8)
-    else:
-        segment.frames[...] = rng.standard_normal(frames_shape).astype(info.frame_dtype)
+    parts.map_parts(lambda frames: fill_random(rng, frames), segment.frames)
     segment.firsts[...] = rng.random((nsteps + 1, num_envs)) < 0.01
     segment.actions[...] = rng.integers(0, info.n_actions, (nsteps, num_envs))
     segment.mu[...] = rng.dirichlet(np.ones(info.n_actions), (nsteps, num_envs))
@@ -132,7 +139,7 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
     iteration it drew (1 + replay_ratio on average; a short window's draws move the figure)."""
     cfg, info = trainer.config, trainer.info
     actor, fields = trainer.runner.actor, trainer.fields
-    actor.observation[...] = rng.integers(0, 256, (cfg.num_envs, *info.obs_shape)).astype(info.frame_dtype)
+    parts.map_parts(lambda stacked: fill_random(rng, stacked), actor.observation)
 
     def iteration():
         for _ in range(cfg.nsteps):
@@ -155,10 +162,13 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
         model.compile()
     average = build_model(info, config).to(device).requires_grad_(False)
     optimizer = RMSpropTF(model.parameters(), lr=config.lr)
-    high = 256 if info.frame_dtype == np.uint8 else 2
-    dtype = torch.uint8 if info.frame_dtype == np.uint8 else torch.float32
-    acting_obs = torch.randint(0, high, (N, *info.obs_shape), device=device).to(dtype)
-    batch_obs = torch.randint(0, high, (T + 1, N, *info.obs_shape), device=device).to(dtype)
+    rng = np.random.default_rng(0)
+    stacked = FrameStacker(N, info.stack, info.frame_layout).stacked  # [N, stack, ...] (a dict of parts)
+    acting_obs = parts.map_parts(lambda obs: torch.from_numpy(fill_random(rng, obs)).to(device), stacked)
+    batch_obs = parts.map_parts(
+        lambda obs: torch.from_numpy(fill_random(rng, np.zeros((T + 1, *obs.shape), obs.dtype))).to(device), stacked
+    )
+    average_obs = parts.map_parts(lambda obs: obs[:T], batch_obs)
     firsts = torch.zeros(T + 1, N, dtype=torch.bool, device=device)
     state = model.initial_state(N)
     updates = 1 + int(round(config.replay_ratio))
@@ -175,7 +185,7 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
             with autocast(device, bf16):
                 pi, q = to_float32(model(model.unroll(batch_obs, firsts, state)[0]))
                 with torch.no_grad():
-                    average.policy_of(average.unroll(batch_obs[:T], firsts[:T], state)[0])
+                    average.policy_of(average.unroll(average_obs, firsts[:T], state)[0])
             loss = -torch.log(pi + 1e-6).mean() + q.pow(2).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
+from atari import parts
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 BACKENDS = ("ale", "subproc", "sync")
@@ -52,8 +53,8 @@ ATARI_RESERVED_KWARGS = ("frameskip", "obs_type")
 ALE_VECTOR_KWARGS = ("repeat_action_probability", "full_action_space", "max_num_frames_per_episode")
 SUPPORTED_OBSERVATIONS = (
     "Box, Discrete, MultiDiscrete, MultiBinary, and Tuple and Dict of these (flattened into one vector, "
-    f"one-hot for the discrete ones), and uint8 images (H, W), (H, W, C) or (C, H, W) of at least "
-    f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}"
+    f"one-hot for the discrete ones), uint8 images (H, W), (H, W, C) or (C, H, W) of at least "
+    f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}, and Tuple and Dict of images and those (one part each)"
 )
 
 
@@ -90,15 +91,31 @@ class EnvInfo:
     #: None where the frames are the env's own observations (and for Atari, whose stacked frames
     #: ``acer_sync.make_env`` returns).
     observation_space: gym.Space | None = field(default=None, compare=False)
+    #: The parts of a multi-part observation (a Dict or Tuple with an image in it), in order:
+    #: ``(key, frame shape, dtype name)`` each, as :func:`adapt_observations` makes them (an image
+    #: uint8 ``(H, W)`` or ``(C, H, W)``, any other part a float32 vector). Empty for one array,
+    #: whose shape and dtype are ``frame_shape`` and ``frame_dtype``.
+    frame_parts: tuple[tuple[str, tuple[int, ...], str], ...] = ()
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
-        """The shape the network sees: ``(stack, *frame_shape)``."""
+        """The shape the network sees: ``(stack, *frame_shape)`` (``(stack,)`` for parts)."""
         return (self.stack, *self.frame_shape)
 
     @property
+    def frame_layout(self):
+        """One frame's layout for :func:`atari.parts.zeros`: ``{key: (shape, dtype)}`` for a
+        multi-part observation, else ``(frame_shape, frame_dtype)``."""
+        if self.frame_parts:
+            return {key: (tuple(shape), np.dtype(dtype)) for key, shape, dtype in self.frame_parts}
+        return tuple(self.frame_shape), np.dtype(self.frame_dtype)
+
+    @property
     def arch(self) -> str:
-        """``cnn`` for frames (Atari, and images: (H, W) or (C, H, W)), ``mlp`` for vectors."""
+        """``cnn`` for frames (Atari, and images: (H, W) or (C, H, W)), ``mlp`` for vectors,
+        ``multi`` for an observation of several parts."""
+        if self.frame_parts:
+            return "multi"
         return "cnn" if len(self.frame_shape) > 1 else "mlp"
 
 
@@ -182,6 +199,12 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n),
             life_loss_actions=baselines_life_loss_actions(action_meanings), env_kwargs=env_kwargs,
         )
+    if isinstance(observation_space, gym.spaces.Dict):  # the parts of a Dict or Tuple with an image
+        if continuous:
+            raise UserError(f"{env_id} has image observations and Box actions; acer_sync takes images with Discrete actions only")
+        frame_parts = tuple((key, tuple(box.shape), box.dtype.name) for key, box in observation_space.spaces.items())
+        return EnvInfo(env_id, False, (), np.dtype(np.uint8), 1, int(action_space.n), env_kwargs=env_kwargs,
+                       observation_space=own_space, frame_parts=frame_parts)
     # make_gym_env has turned the observations into frames: a vector, or a uint8 image (H, W) or (C, H, W).
     frame_shape = tuple(observation_space.shape)
     image = len(frame_shape) > 1
@@ -220,39 +243,98 @@ def unsupported_part(space: gym.Space) -> gym.Space | None:
     return space
 
 
+def image_size(space: gym.spaces.Box, layout: str) -> tuple[int, int, int]:
+    """``(channels, height, width)`` of an image of ``layout`` (:func:`image_layout`)."""
+    if layout == "hw":
+        return 1, *space.shape
+    if layout == "hwc":
+        height, width, channels = space.shape
+        return channels, height, width
+    return space.shape
+
+
+def check_image_side(space: gym.spaces.Box, layout: str, env_id: str, what: str = "images") -> None:
+    """A one-line UserError where an image is too small for the CNN."""
+    _, height, width = image_size(space, layout)
+    if min(height, width) < MIN_IMAGE_SIDE:
+        raise UserError(
+            f"{env_id} has {height}x{width} {what}; the CNN takes images of at least "
+            f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (register the env wrapped in "
+            "gymnasium.wrappers.FlattenObservation to train the MLP on it instead)"
+        )
+
+
+def channels_first(obs) -> np.ndarray:
+    """An HWC image as CHW."""
+    return np.ascontiguousarray(np.moveaxis(np.asarray(obs), -1, 0))
+
+
+def named_parts(space: gym.Space) -> list[tuple[str, gym.Space]]:
+    """The parts of a Dict (by key) or a Tuple (keyed ``"0"``, ``"1"``, ...) space."""
+    if isinstance(space, gym.spaces.Dict):
+        return [(str(key), part) for key, part in space.spaces.items()]
+    return [(str(index), part) for index, part in enumerate(space.spaces)]
+
+
+def has_image_part(space: gym.Space) -> bool:
+    """Whether ``space`` is a Dict or Tuple with an image (:func:`image_layout`) among its parts."""
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) and any(
+        image_layout(part) is not None for _, part in named_parts(space)
+    )
+
+
+def part_frames(space: gym.Space, env_id: str) -> tuple[gym.spaces.Dict, object]:
+    """The frames of a Dict or Tuple space with an image in it: a Dict space of one Box per part
+    (an image uint8, ``(H, W)`` or channels first; any other part flattened to a float32 vector,
+    one-hot where discrete), and the function that turns one of the env's observations into it."""
+    items = named_parts(space)
+    boxes, convert = {}, {}
+    for key, part in items:
+        layout = image_layout(part)
+        if layout is not None:
+            check_image_side(part, layout, env_id, f"images in its part {key!r}")
+            channels, height, width = image_size(part, layout)
+            boxes[key] = gym.spaces.Box(0, 255, (channels, height, width) if layout == "hwc" else part.shape, np.uint8)
+            convert[key] = channels_first if layout == "hwc" else np.asarray
+        else:
+            bad = unsupported_part(part)
+            if bad is not None:
+                raise UserError(f"{env_id} has observation space {space} (its {type(bad).__name__} part); "
+                                f"acer_sync supports {SUPPORTED_OBSERVATIONS}")
+            boxes[key] = gym.spaces.Box(-np.inf, np.inf, (gym.spaces.flatdim(part),), np.float32)
+            convert[key] = (lambda p: lambda obs: gym.spaces.flatten(p, obs).astype(np.float32))(part)
+    tuple_space = isinstance(space, gym.spaces.Tuple)
+
+    def to_frames(observation) -> dict[str, np.ndarray]:
+        values = {str(i): value for i, value in enumerate(observation)} if tuple_space else observation
+        return {key: convert[key](values[key]) for key, _ in items}
+
+    return gym.spaces.Dict(boxes), to_frames
+
+
 def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     """``env`` with observations the trainer stores as frames: a flat Box as it is; an image as a
-    uint8 frame for the CNN, ``(H, W)`` or channels first ``(C, H, W)``; any other supported space
-    flattened to a vector, one-hot for the discrete parts (``gymnasium.wrappers.FlattenObservation``).
-    A one-line UserError otherwise. The CNN takes the stack's frames and their channels as its
-    input channels."""
+    uint8 frame for the CNN, ``(H, W)`` or channels first ``(C, H, W)``; a Dict or Tuple with an
+    image in it as a dict of parts (:func:`part_frames`); any other supported space flattened to a
+    vector, one-hot for the discrete parts (``gymnasium.wrappers.FlattenObservation``). A one-line
+    UserError otherwise. The CNN takes the stack's frames and their channels as its input channels."""
     space = env.observation_space
     layout = image_layout(space)
     if layout is not None:
-        if layout == "hw":
-            height, width, channels = *space.shape, 1
-        elif layout == "hwc":
-            height, width, channels = space.shape
-        else:
-            channels, height, width = space.shape
-        if min(height, width) < MIN_IMAGE_SIDE:
-            raise UserError(
-                f"{env_id} has {height}x{width} images; the CNN takes images of at least "
-                f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (register the env wrapped in "
-                "gymnasium.wrappers.FlattenObservation to train the MLP on it instead)"
-            )
+        check_image_side(space, layout, env_id)
         if layout != "hwc":
             return env
-
-        def channels_first(obs: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(np.moveaxis(obs, -1, 0))
-
-        frame = gym.spaces.Box(0, 255, (channels, height, width), np.uint8)
+        frame = gym.spaces.Box(0, 255, image_size(space, layout), np.uint8)
         adapted = gym.wrappers.TransformObservation(env, channels_first, frame)
         adapted.raw_observation_space = space
         return adapted
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return env
+    if has_image_part(space):
+        frames_space, to_frames = part_frames(space, env_id)
+        adapted = gym.wrappers.TransformObservation(env, to_frames, frames_space)
+        adapted.raw_observation_space = space
+        return adapted
     bad = unsupported_part(space)
     if bad is not None:
         inside = f" (its {type(bad).__name__} part)" if bad is not space else ""
@@ -262,12 +344,14 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     return adapted
 
 
-def adapt_observation(space: gym.Space, observation) -> np.ndarray:
+def adapt_observation(space: gym.Space, observation):
     """One observation of the env's own ``space`` as :func:`adapt_observations` turns it into a
-    frame: an image channels first, anything else but a flat Box flattened (one-hot for the
-    discrete parts), as ``FlattenObservation`` does."""
+    frame: an image channels first, a Dict or Tuple with an image in it a dict of parts, anything
+    else but a flat Box flattened (one-hot for the discrete parts), as ``FlattenObservation`` does."""
     if image_layout(space) == "hwc":
-        return np.ascontiguousarray(np.moveaxis(np.asarray(observation), -1, 0))
+        return channels_first(observation)
+    if has_image_part(space):
+        return part_frames(space, "")[1](observation)
     return gym.spaces.flatten(space, observation)
 
 
@@ -412,7 +496,9 @@ class VecEnv:
         self.expiry_reason = ""
         self._calling = ""
         self._alarm = False  # whether this VecEnv holds the SIGALRM handler (made in the main thread)
-        self._float_frames = np.dtype(info.frame_dtype).kind == "f"  # only these can be NaN
+        layout = info.frame_layout
+        layouts = layout.values() if isinstance(layout, dict) else [layout]
+        self._float_frames = any(dtype.kind == "f" for _, dtype in layouts)  # only these can be NaN
         if backend == "ale":
             if not info.atari:
                 raise UserError(f"--vec-env ale runs Atari games only; use subproc or sync for {info.env_id}")
@@ -451,13 +537,15 @@ class VecEnv:
                 self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
-        self.final_frames = np.zeros((num_envs, *info.frame_shape), dtype=info.frame_dtype)
+        self.final_frames = parts.zeros(info.frame_layout, (num_envs,))
         self.final_mask = np.zeros(num_envs, dtype=bool)
         self._alarm = _hold_alarm()
 
-    def _frames(self, obs: np.ndarray) -> np.ndarray:
+    def _frames(self, obs):
         if self.backend == "ale":
             obs = obs[:, 0]  # drop the stack axis of size 1
+        if self.info.frame_parts:
+            return {key: np.asarray(obs[key], dtype=dtype) for key, (_, dtype) in self.info.frame_layout.items()}
         return np.asarray(obs, dtype=self.info.frame_dtype)
 
     def _lives(self, info: dict) -> np.ndarray:
@@ -521,12 +609,13 @@ class VecEnv:
         if self._calling:
             raise EnvTimedOut(f"{self.info.env_id}'s {self._calling} {self.expiry_reason}")
 
-    def _check_finite(self, frames: np.ndarray, rewards: np.ndarray | None) -> None:
+    def _check_finite(self, frames, rewards: np.ndarray | None) -> None:
         """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or observation."""
-        if (rewards is None or np.isfinite(rewards).all()) and (not self._float_frames or np.isfinite(frames).all()):
+        observations = [part for part in parts.parts_of(frames) if part.dtype.kind == "f"]
+        if (rewards is None or np.isfinite(rewards).all()) and all(np.isfinite(part).all() for part in observations):
             return
         checks = [("reward", rewards)] if rewards is not None else []
-        checks.append(("observation", frames.reshape(self.num_envs, -1)))
+        checks += [("observation", part.reshape(self.num_envs, -1)) for part in observations]
         for what, values in checks:
             finite = np.isfinite(values)
             if not finite.all():
@@ -551,8 +640,8 @@ class VecEnv:
             return
         mask = info.get("_final_obs", ended)
         for index in np.flatnonzero(mask):
-            final = np.asarray(info["final_obs"][index])
-            self.final_frames[index] = final[0] if self.backend == "ale" else final
+            final = info["final_obs"][index]
+            parts.assign(self.final_frames, index, np.asarray(final)[0] if self.backend == "ale" else final)
             self.final_mask[index] = True
 
     def step(self, actions: np.ndarray):

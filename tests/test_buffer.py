@@ -18,7 +18,7 @@ class FakeRollout:
         self.rng = np.random.default_rng(seed)
         self.done_prob = done_prob
         self.step = 0
-        self.stacker = FrameStacker(N, STACK, (1,), np.dtype(np.float32))
+        self.stacker = FrameStacker(N, STACK, ((1,), np.dtype(np.float32)))
         self.frames = self._frames()
         self.first = np.ones(N, dtype=bool)
         self.stacker.reset(self.frames)

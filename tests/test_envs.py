@@ -182,7 +182,7 @@ def test_breakout_serves_again_after_a_lost_life_and_stores_what_was_played(back
 
 
 def test_frame_stacker_clears_at_episode_start():
-    stacker = FrameStacker(2, 3, (1,), np.dtype(np.float32))
+    stacker = FrameStacker(2, 3, ((1,), np.dtype(np.float32)))
     stacker.reset(np.array([[1.0], [1.0]]))
     stacker.push(np.array([[2.0], [2.0]]), np.array([False, False]))
     stacked = stacker.push(np.array([[3.0], [3.0]]), np.array([False, True]))

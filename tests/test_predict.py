@@ -5,6 +5,7 @@ without memory; a wrong observation is one line naming the space it expected."""
 from __future__ import annotations
 
 import gymnasium as gym
+import multi_sensor_envs
 import numpy as np
 import pytest
 
@@ -40,6 +41,10 @@ def make_dict_env():
     return DictSensors()
 
 
+def make_camera_and_switch_env():
+    return multi_sensor_envs.CueSwitch(size=36)
+
+
 def make_camera_env():
     return Camera()
 
@@ -49,6 +54,7 @@ CASES = {  # name: (env for training, a function that makes the env whose observ
     "tuple (Blackjack)": ("Blackjack-v1", lambda: gym.make("Blackjack-v1")),
     "dict": (make_dict_env, make_dict_env),
     "hwc image": (make_camera_env, make_camera_env),
+    "dict of an hwc image and a discrete": (make_camera_and_switch_env, make_camera_and_switch_env),
     "vector (CartPole)": ("CartPole-v1", lambda: gym.make("CartPole-v1")),
 }
 

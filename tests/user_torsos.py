@@ -47,3 +47,29 @@ class NotAModule:
 
     def __init__(self, observation_space):
         pass
+
+
+class PartsTorso(nn.Module):
+    """For a Dict observation: a small convolution on each image part, the vector parts as they are,
+    concatenated; records the last dict it was given."""
+
+    def __init__(self, observation_space: gym.spaces.Dict, features_dim: int = 16):
+        super().__init__()
+        self.keys = list(observation_space.spaces)
+        self.images = nn.ModuleDict()
+        width = 0
+        for key, box in observation_space.spaces.items():
+            if len(box.shape) == 3:
+                self.images[key] = nn.Sequential(nn.Conv2d(box.shape[0], 4, 8, stride=8), nn.ReLU(), nn.Flatten())
+                with torch.no_grad():
+                    width += self.images[key](torch.zeros(1, *box.shape)).shape[1]
+            else:
+                width += int(torch.tensor(box.shape).prod())
+        self.out = nn.Sequential(nn.Linear(width, features_dim), nn.ReLU())
+        self.features_dim = features_dim
+        self.seen: dict[str, torch.Tensor] | None = None
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        self.seen = {key: part.detach() for key, part in obs.items()}
+        parts = [self.images[key](obs[key]) if key in self.images else obs[key].flatten(1) for key in self.keys]
+        return self.out(torch.cat(parts, dim=1))

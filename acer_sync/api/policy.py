@@ -25,6 +25,7 @@ from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
 from acer_sync.rollout.actor import choose_actions
 from acer_sync.training.checkpoint import load_checkpoint
+from atari import parts
 from atari.envs import (
     ATARI_ENTRY_POINT,
     ATARI_STACK,
@@ -70,8 +71,12 @@ class Policy:
         self.device = device
         stacked = tuple(model.obs_shape)
         #: The shape of one observation as the env returns it: the frame stack ``[4, 84, 84]``
-        #: of :func:`make_env` for Atari, the env's own vector otherwise.
+        #: of :func:`make_env` for Atari, the env's own vector otherwise; for an observation of
+        #: several parts, a dict of them, as :func:`make_env` gives them (images channels first).
         self.observation_shape = stacked if stacked[0] > 1 else stacked[1:]
+        parts_spec = model.spec().get("obs_parts", [])
+        if parts_spec:
+            self.observation_shape = {key: tuple(shape) for key, shape, _ in parts_spec}
         #: Whether the network carries a state from step to step (``--network lstm`` or ``cnn_lstm``).
         self.recurrent = bool(model.state_shapes)
         #: The env's own observation space, where its observations are not the network's frames.
@@ -98,8 +103,13 @@ class Policy:
             (Box actions clipped to the bounds); the next state, None for a feed-forward policy.
         """
         batch, single = self._frames(observation)
-        n = len(batch)
-        obs_tensor = torch.as_tensor(np.ascontiguousarray(batch).reshape(n, *self.model.obs_shape), device=self.device)
+        n = len(parts.parts_of(batch)[0])
+
+        def to_tensor(frames: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(np.ascontiguousarray(frames).reshape(n, self.model.obs_shape[0], *frames.shape[1:]),
+                                   device=self.device)
+
+        obs_tensor = parts.map_parts(to_tensor, batch)
         first = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
         if len(first) != n:
             raise UserError(f"episode_start has {len(first)} entries for {n} observations")
@@ -122,19 +132,38 @@ class Policy:
             if n is not None:
                 items = [observation] if n == 0 else iterate(batch_space(space, n), observation)
                 try:
-                    frames = np.stack([adapt_observation(space, item) for item in items])
+                    adapted = [adapt_observation(space, item) for item in items]
+                    frames = {key: np.stack([a[key] for a in adapted]) for key in adapted[0]} \
+                        if isinstance(adapted[0], dict) else np.stack(adapted)
                 except (ValueError, TypeError, KeyError, IndexError, AssertionError) as error:
                     raise UserError(f"predict takes an observation of {space} or a batch of them; this one does not fit it "
                                     f"({type(error).__name__}: {error})") from None
                 return frames, n == 0
-        obs = np.asarray(observation) if not isinstance(observation, (dict, tuple)) else None
         shape = self.observation_shape
+        if isinstance(shape, dict):
+            return self._part_frames(observation)
+        obs = np.asarray(observation) if not isinstance(observation, (dict, tuple)) else None
         if obs is not None and obs.dtype != object and (obs.shape == shape or obs.shape[1:] == shape):
             return (obs[None] if obs.shape == shape else obs), obs.shape == shape
         got = f"shape {obs.shape}" if obs is not None and obs.dtype != object else type(observation).__name__
         expected = f"{space} (or a batch of them) as the env returns it, or frames of shape {shape}" if space is not None \
             else f"shape {shape} or a batch [n, {', '.join(map(str, shape))}]"
         raise UserError(f"predict takes an observation of {expected}, got {got}" + self._stack_hint())
+
+    def _part_frames(self, observation) -> tuple[dict[str, np.ndarray], bool]:
+        """A multi-part observation (or a batch) given as :func:`make_env`'s frames: a dict of parts."""
+        shapes = self.observation_shape
+        if isinstance(observation, dict) and set(observation) == set(shapes):
+            arrays = {key: np.asarray(observation[key]) for key in shapes}
+            if all(arrays[key].shape == shape for key, shape in shapes.items()):
+                return {key: array[None] for key, array in arrays.items()}, True
+            sizes = {len(array) for key, array in arrays.items() if array.ndim and array.shape[1:] == shapes[key]}
+            if len(sizes) == 1 and all(array.ndim and array.shape[1:] == shapes[key] for key, array in arrays.items()):
+                return arrays, False
+        expected = f"{self.observation_space} (or a batch of them) as the env returns it, or" if self.observation_space else ""
+        got = {key: np.shape(value) for key, value in observation.items()} if isinstance(observation, dict) else type(observation).__name__
+        raise UserError(f"predict takes an observation of {expected} a dict of frames of shapes {shapes} "
+                        f"(or a batch of them), got {got}".replace("of  a", "of a"))
 
     def _state(self, state: PolicyState | None, n: int) -> tuple[torch.Tensor, ...]:
         """The network's state of ``n`` observations: the start state, or ``state`` checked."""

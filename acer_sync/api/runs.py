@@ -204,7 +204,7 @@ def check_config(config: Config, info: EnvInfo) -> None:
     problems = validate(config)
     if problems:
         raise UserError("; ".join(problems))
-    if info.arch == "cnn" and config.normalize_obs:
+    if info.arch != "mlp" and config.normalize_obs:
         raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     network_arch(info, config)
     if config.torso:

@@ -29,6 +29,11 @@ def network_arch(info: EnvInfo, config: Config) -> str:
             raise UserError(f"--torso {config.torso} takes --network auto (its features go to the heads) or lstm "
                             f"(an LSTM after it), not {config.network}")
         return "torso_lstm" if config.network == "lstm" else "torso"
+    if info.arch == "multi":
+        if config.network not in ("auto", "lstm"):
+            raise UserError(f"--network {config.network} does not fit {info.env_id}, whose observations have several parts; "
+                            "use auto (the multi-input torso) or lstm (an LSTM after it)")
+        return "multi_lstm" if config.network == "lstm" else "multi"
     arch = info.arch if config.network == "auto" else config.network
     if frames != (arch in ("cnn", "cnn_lstm")):
         fits = "cnn or cnn_lstm for image" if frames else "mlp or lstm for vector"
@@ -44,12 +49,14 @@ def model_spec(info: EnvInfo, config: Config) -> dict:
     arch, hidden = network_arch(info, config), hidden_sizes(config)
     spec = dict(
         obs_shape=list(info.obs_shape), n_actions=info.n_actions, arch=arch,
-        hidden=list(hidden) if arch in ("mlp", "lstm", "torso", "torso_lstm") else [],
+        hidden=list(hidden) if arch in ("mlp", "lstm", "multi", "torso", "torso_lstm") else [],
         activation=config.activation, policy="gaussian" if info.continuous else "categorical",
         normalize_obs=config.normalize_obs, obs_dtype=np.dtype(info.frame_dtype).name,
     )
     if arch in RECURRENT_ARCHS:
         spec["lstm_size"] = config.lstm_size
+    if info.frame_parts:
+        spec["obs_parts"] = [[key, list(shape), dtype] for key, shape, dtype in info.frame_parts]
     if config.torso:
         spec.update(torso=config.torso, torso_kwargs=dict(config.torso_kwargs))
     if info.continuous:

@@ -1,7 +1,8 @@
 """The actor-critic network: a torso, a memory and a head, composed (and Polyak averaging).
 
 One class, :class:`ActorCriticNet`, for every kind: a torso (:mod:`acer_sync.nets.torsos`: the
-flattened vector, the Nature CNN, an MLP before an LSTM, or a user's own class) turns observations
+flattened vector, the Nature CNN, an MLP before an LSTM, the multi-input torso of an image and a
+vector, or a user's own class) turns observations
 into features, a memory (:mod:`acer_sync.nets.memory`: none, or an LSTM) carries a state, and a
 head (:mod:`acer_sync.nets.heads`) gives the policy and the critic. Acting
 (:class:`acer_sync.rollout.actor.Actor`) and the update (:class:`acer_sync.training.acer.ACER`)
@@ -9,7 +10,8 @@ use one interface and never ask which kind they hold:
 
 * ``initial_state(n)``: the recurrent state of n envs at an episode start, a tuple of tensors
   ``[n, ...]`` named by ``state_shapes`` (empty without memory);
-* ``unroll(obs [T, N, ...], firsts [T, N], state) -> (features [T·N, F], state)``: normalizer,
+* ``unroll(obs [T, N, ...], firsts [T, N], state) -> (features [T·N, F], state)`` (``obs`` a
+  dict of such tensors by part key for a multi-part observation): normalizer,
   torso and memory over T steps from ``state``, reset to ``initial_state`` before every
   observation that starts an episode;
 * ``step(obs [N, ...], state, first [N])``: ``unroll`` of one step, for acting;
@@ -24,7 +26,7 @@ run's settings into a spec, :func:`acer_sync.nets.build.build_model`.
 **Initialisation**, one scheme, applied once every part exists (:meth:`ActorCriticNet.initialise`):
 
 1. every layer starts at PyTorch's default (the MLPs, the LSTM);
-2. the Nature CNN's layers: orthogonal, gain √2, zero biases (Baselines' Atari init: with the
+2. the Nature CNN's layers (each image part's too): orthogonal, gain √2, zero biases (Baselines' Atari init: with the
    default, the activations' RMS falls 2.1–2.5× at each of its four layers);
 3. the policy's output (π's logits, a Gaussian's mean): orthogonal, gain 0.01, so π starts near
    uniform and the mean near the middle of the Box;
@@ -46,7 +48,8 @@ from torch import nn
 from acer_sync.nets.heads import LOG_STD_MAX, LOG_STD_MIN, CategoricalHead, GaussianHead, probabilities
 from acer_sync.nets.memory import LSTMMemory, NoMemory, State
 from acer_sync.nets.normalization import ObservationNormalizer
-from acer_sync.nets.torsos import MLP, FlattenTorso, NatureCNN, UserTorso, init_orthogonal
+from acer_sync.nets.torsos import MLP, FlattenTorso, MultiInputTorso, NatureCNN, UserTorso, init_orthogonal
+from atari import parts
 
 __all__ = [
     "ARCHS", "LOG_STD_MAX", "LOG_STD_MIN", "RECURRENT_ARCHS", "ActorCriticNet", "Network", "PolyakAverage", "State",
@@ -55,9 +58,11 @@ __all__ = [
 ]
 
 #: The architectures (``spec()["arch"]``): the torso, and whether an LSTM follows it.
-ARCHS = ("mlp", "cnn", "lstm", "cnn_lstm", "torso", "torso_lstm")
+ARCHS = ("mlp", "cnn", "lstm", "cnn_lstm", "multi", "multi_lstm", "torso", "torso_lstm")
 #: Those with an LSTM memory.
-RECURRENT_ARCHS = ("lstm", "cnn_lstm", "torso_lstm")
+RECURRENT_ARCHS = ("lstm", "cnn_lstm", "multi_lstm", "torso_lstm")
+#: Those of the multi-input torso (an observation of several parts).
+MULTI_ARCHS = ("multi", "multi_lstm")
 #: Those whose torso takes images (uint8 frames).
 IMAGE_ARCHS = ("cnn", "cnn_lstm")
 
@@ -69,7 +74,8 @@ class ActorCriticNet(nn.Module):
         a Gaussian), ``arch`` (:data:`ARCHS`), ``hidden`` (the MLP sizes), ``activation``,
         ``policy`` (``categorical`` or ``gaussian``), ``normalize_obs``, ``lstm_size`` (with an
         LSTM), ``init_std`` (Gaussian), ``torso`` and ``torso_kwargs`` (a user's torso,
-        ``module:Class``), ``obs_dtype``.
+        ``module:Class``), ``obs_dtype``, and ``obs_parts``, ``[key, frame shape, dtype]`` per
+        part of a multi-part observation (then ``obs_shape`` is ``(stack,)``).
     """
 
     def __init__(self, spec: dict):
@@ -80,8 +86,11 @@ class ActorCriticNet(nn.Module):
         arch, hidden, activation = spec["arch"], tuple(spec["hidden"]), spec["activation"]
         if arch not in ARCHS:
             raise ValueError(f"unknown architecture {arch!r}")
-        if spec["normalize_obs"] and arch in IMAGE_ARCHS:
+        obs_parts = [(key, tuple(shape), dtype) for key, shape, dtype in spec.get("obs_parts", [])]
+        if spec["normalize_obs"] and (arch in IMAGE_ARCHS or obs_parts):
             raise ValueError("observation normalization is for vector observations")
+        if (arch in MULTI_ARCHS) != bool(obs_parts) and arch not in ("torso", "torso_lstm"):
+            raise ValueError(f"architecture {arch!r} does not fit {'a multi-part' if obs_parts else 'a single'} observation")
         self.normalizer = ObservationNormalizer(self.obs_shape) if spec["normalize_obs"] else None
         if arch == "mlp":
             self.torso: nn.Module = FlattenTorso(self.obs_shape)
@@ -89,11 +98,13 @@ class ActorCriticNet(nn.Module):
             self.torso = MLP(math.prod(self.obs_shape), hidden, activation)
         elif arch in IMAGE_ARCHS:
             self.torso = NatureCNN(self.obs_shape)
+        elif arch in MULTI_ARCHS:
+            self.torso = MultiInputTorso(obs_parts, self.obs_shape[0])
         else:
-            self.torso = UserTorso(spec["torso"], self.obs_shape, spec["obs_dtype"], spec["torso_kwargs"])
+            self.torso = UserTorso(spec["torso"], self.obs_shape, spec["obs_dtype"], spec["torso_kwargs"], obs_parts)
         recurrent = arch in RECURRENT_ARCHS
         self.memory = LSTMMemory(self.torso.features_dim, spec["lstm_size"]) if recurrent else NoMemory(self.torso.features_dim)
-        head_arch = hidden if arch == "mlp" else ()  # the vector torso's MLPs, one per output
+        head_arch = hidden if arch in ("mlp", "multi") else ()  # the flat torsos' MLPs, one per output
         if spec["policy"] == "gaussian":
             self.head: nn.Module = GaussianHead(
                 self.memory.features_dim, spec["n_actions"], head_arch, hidden or (64,), spec["init_std"], activation
@@ -105,11 +116,11 @@ class ActorCriticNet(nn.Module):
 
     def initialise(self) -> None:
         """Steps 2–4 of the scheme in the module docstring (step 1 is each layer's construction)."""
-        if isinstance(self.torso, NatureCNN):
-            for layer in self.torso.modules():
+        for cnn in (module for module in self.torso.modules() if isinstance(module, NatureCNN)):
+            for layer in cnn.modules():
                 if isinstance(layer, (nn.Conv2d, nn.Linear)):
                     init_orthogonal(layer, math.sqrt(2))
-            self.torso.to(memory_format=torch.channels_last)  # NHWC weights, as its forward's frames
+            cnn.to(memory_format=torch.channels_last)  # NHWC weights, as its forward's frames
         self.head.init_outputs()
 
     def spec(self) -> dict:
@@ -127,10 +138,10 @@ class ActorCriticNet(nn.Module):
     def unroll(self, obs: torch.Tensor, firsts: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """Features ``[T·N, F]`` of observations ``[T, N, ...]`` from ``state``, and the state after
         observation T−1 (see the module docstring)."""
-        T, N = obs.shape[:2]
+        T, N = parts.leading_shape(obs, 2)
         if firsts.shape != (T, N):
-            raise ValueError(f"obs {tuple(obs.shape)} and firsts {tuple(firsts.shape)} disagree on [T, N]")
-        flat = obs.reshape(T * N, *obs.shape[2:])
+            raise ValueError(f"obs {(T, N)} and firsts {tuple(firsts.shape)} disagree on [T, N]")
+        flat = parts.map_parts(lambda part: part.reshape(T * N, *part.shape[2:]), obs)
         if self.normalizer is not None:
             flat = self.normalizer(flat)
         features = self.torso(flat)
@@ -138,7 +149,7 @@ class ActorCriticNet(nn.Module):
 
     def step(self, obs: torch.Tensor, state: State, first: torch.Tensor) -> tuple[torch.Tensor, State]:
         """``unroll`` of one step: features ``[N, F]`` of observations ``[N, ...]``, and the next state."""
-        return self.unroll(obs.unsqueeze(0), first.unsqueeze(0), state)
+        return self.unroll(parts.map_parts(lambda part: part.unsqueeze(0), obs), first.unsqueeze(0), state)
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(π(·|x), Q(x, ·)), ``[B, A]`` each (the categorical head)."""
@@ -157,7 +168,7 @@ class ActorCriticNet(nn.Module):
 Network = ActorCriticNet
 
 #: What a spec that lacks a key (one written before the key existed) means.
-SPEC_DEFAULTS = {"activation": "tanh", "torso": "", "torso_kwargs": {}, "lstm_size": 128}
+SPEC_DEFAULTS = {"activation": "tanh", "torso": "", "torso_kwargs": {}, "lstm_size": 128, "obs_parts": []}
 
 
 def complete_spec(spec: dict) -> dict:
@@ -167,6 +178,9 @@ def complete_spec(spec: dict) -> dict:
     spec["obs_shape"] = [int(size) for size in spec["obs_shape"]]
     spec["hidden"] = [int(size) for size in spec["hidden"]]
     spec["n_actions"] = int(spec["n_actions"])
+    spec["obs_parts"] = [[str(key), [int(size) for size in shape], str(dtype)] for key, shape, dtype in spec["obs_parts"]]
+    if not spec["obs_parts"]:
+        spec.pop("obs_parts")
     if spec["arch"] not in RECURRENT_ARCHS:
         spec.pop("lstm_size")
     return spec

@@ -24,7 +24,7 @@ import torch
 from acer_sync.base.config import PRECISIONS
 
 #: The torsos (``spec()["arch"]``) whose passes run in bf16 under ``--precision bf16``.
-BF16_ARCHS = ("cnn", "cnn_lstm", "torso", "torso_lstm")
+BF16_ARCHS = ("cnn", "cnn_lstm", "multi", "multi_lstm", "torso", "torso_lstm")
 #: CPU flags of native bfloat16 arithmetic in /proc/cpuinfo: x86's AVX512-BF16 and AMX, Arm's BF16.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 

@@ -3,7 +3,8 @@
 Every torso follows Stable-Baselines3's features-extractor contract (its ``BaseFeaturesExtractor``):
 an ``nn.Module`` with an int attribute ``features_dim`` and ``forward(obs) -> [B, features_dim]``.
 The built-ins are :class:`FlattenTorso` (vector observations: the heads' own MLPs do the rest),
-:class:`NatureCNN` (frames) and a user's own class, wrapped by :class:`UserTorso`.
+:class:`NatureCNN` (frames), :class:`MultiInputTorso` (an observation of several parts, an image
+and a vector, as SB3's ``CombinedExtractor``) and a user's own class, wrapped by :class:`UserTorso`.
 
 The initialisation scheme is stated once, in :mod:`acer_sync.nets.networks`; a user's torso keeps
 the initialisation its class gives it.
@@ -71,7 +72,7 @@ class NatureCNN(nn.Module):
     the module lives on.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...]):
+    def __init__(self, obs_shape: tuple[int, ...], features_dim: int = 512):
         super().__init__()
         in_channels, frame_shape = math.prod(obs_shape[:-2]), tuple(obs_shape[-2:])
         self.convs = nn.Sequential(
@@ -85,8 +86,8 @@ class NatureCNN(nn.Module):
         )
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, in_channels, *frame_shape)).shape[1]
-        self.fc = nn.Sequential(nn.Linear(n_flat, 512), nn.ReLU())
-        self.features_dim = 512
+        self.fc = nn.Sequential(nn.Linear(n_flat, features_dim), nn.ReLU())
+        self.features_dim = features_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # channels_last (NHWC) convolutions measured 11% faster per update on the 2-core CPU. The
@@ -100,6 +101,43 @@ class NatureCNN(nn.Module):
         return self.fc(self.convs(frames))
 
 
+def is_image_part(shape: tuple[int, ...], dtype: str) -> bool:
+    """Whether a part of a multi-part observation, ``(shape, dtype)`` as stored, is an image."""
+    return np.dtype(dtype) == np.uint8 and len(shape) in (2, 3)
+
+
+class MultiInputTorso(nn.Module):
+    """An observation of several parts (a dict of ``[B, stack, *part_shape]``), as SB3's
+    ``CombinedExtractor``: each image part through a Nature CNN of its own, at its own resolution and
+    channels, with a 256-unit output (SB3's ``cnn_output_dim``); each vector part flattened as it is
+    (a discrete part arrives one-hot); all concatenated in the parts' order. The heads' MLPs
+    (``--net-arch``) come after it, as after :class:`FlattenTorso`.
+
+    :param obs_parts: ``(key, frame shape, dtype name)`` per part (the spec's ``obs_parts``).
+    :param stack: frames per observation (1 outside Atari).
+    """
+
+    #: Features per image part.
+    IMAGE_FEATURES = 256
+
+    def __init__(self, obs_parts, stack: int):
+        super().__init__()
+        self.keys = [key for key, _, _ in obs_parts]
+        extractors: list[nn.Module] = []
+        for _, shape, dtype in obs_parts:
+            if is_image_part(shape, dtype):
+                extractors.append(NatureCNN((stack, *shape), self.IMAGE_FEATURES))
+            else:
+                extractors.append(FlattenTorso((stack, *shape)))
+        self.extractors = nn.ModuleList(extractors)
+        self.features_dim = sum(extractor.features_dim for extractor in extractors)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        features = [extractor(obs[key]) for key, extractor in zip(self.keys, self.extractors)]
+        dtype = features[0].dtype if all(f.dtype == features[0].dtype for f in features) else torch.float32
+        return torch.cat([f.to(dtype) for f in features], dim=1)
+
+
 # --- A user's own torso ------------------------------------------------------------------------
 
 
@@ -110,6 +148,12 @@ def observation_space_of(obs_shape: tuple[int, ...], dtype: str) -> gym.spaces.B
     if np.dtype(dtype) == np.uint8:
         return gym.spaces.Box(0, 255, shape, np.uint8)
     return gym.spaces.Box(-np.inf, np.inf, shape, np.dtype(dtype))
+
+
+def parts_space_of(obs_parts, stack: int) -> gym.spaces.Dict:
+    """The Dict space a user's torso is built with for a multi-part observation: one Box per part,
+    each as :func:`observation_space_of` gives it."""
+    return gym.spaces.Dict({key: observation_space_of((stack, *shape), dtype) for key, shape, dtype in obs_parts})
 
 
 def is_image(space: gym.spaces.Box) -> bool:
@@ -149,15 +193,21 @@ class UserTorso(nn.Module):
 
     It gets the observations as a float tensor batch ``[B, *observation_space.shape]``: images
     (uint8, 2 or 3 dimensions) scaled by 1/255, anything else as floats, as SB3's
-    ``preprocess_obs`` gives its extractors. The class is checked here, once: it must be an
-    ``nn.Module`` with an int ``features_dim`` >= 1 whose ``forward`` returns ``[B, features_dim]``.
+    ``preprocess_obs`` gives its extractors. For a multi-part observation the space is a Dict of
+    one Box per part (a Tuple's parts keyed ``"0"``, ``"1"``, ...) and ``forward`` gets a dict of
+    such batches. The class is checked here, once: it must be an ``nn.Module`` with an int
+    ``features_dim`` >= 1 whose ``forward`` returns ``[B, features_dim]``.
     """
 
-    def __init__(self, name: str, obs_shape: tuple[int, ...], obs_dtype: str, kwargs: dict):
+    def __init__(self, name: str, obs_shape: tuple[int, ...], obs_dtype: str, kwargs: dict, obs_parts=()):
         super().__init__()
         self.name, self.kwargs = name, dict(kwargs)
-        self.space = observation_space_of(obs_shape, obs_dtype)
-        self.scale = is_image(self.space)
+        if obs_parts:
+            self.space = parts_space_of(obs_parts, obs_shape[0])
+            self.scale = {key: is_image(box) for key, box in self.space.spaces.items()}
+        else:
+            self.space = observation_space_of(obs_shape, obs_dtype)
+            self.scale = is_image(self.space)
         cls = import_torso(name)
         try:
             module = cls(self.space, **self.kwargs)
@@ -173,18 +223,29 @@ class UserTorso(nn.Module):
         self._check_output()
 
     def _check_output(self) -> None:
-        sample = torch.zeros(2, *self.space.shape)
+        if isinstance(self.space, gym.spaces.Dict):
+            sample = {key: torch.zeros(2, *box.shape) for key, box in self.space.spaces.items()}
+            shapes = str({key: tuple(part.shape) for key, part in sample.items()})
+        else:
+            sample = torch.zeros(2, *self.space.shape)
+            shapes = f"shape {tuple(sample.shape)}"
         try:
             with torch.no_grad():
                 out = self.module(sample)
         except Exception as error:  # noqa: BLE001
-            raise UserError(f"--torso {self.name}: its forward on a batch of shape {tuple(sample.shape)} raised "
+            raise UserError(f"--torso {self.name}: its forward on a batch of {shapes} raised "
                             f"{type(error).__name__}: {error}") from None
         if not isinstance(out, torch.Tensor) or out.shape != (2, self.features_dim) or not out.is_floating_point():
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise UserError(f"--torso {self.name}: forward must return floats of shape [B, features_dim] = "
                             f"[2, {self.features_dim}] for a batch of 2 observations, got {got}")
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.reshape(obs.shape[0], *self.space.shape).float()
-        return self.module(obs / 255.0 if self.scale else obs)
+    def forward(self, obs) -> torch.Tensor:
+        if isinstance(obs, dict):
+            return self.module({key: self._prepare(obs[key], box, self.scale[key]) for key, box in self.space.spaces.items()})
+        return self.module(self._prepare(obs, self.space, self.scale))
+
+    @staticmethod
+    def _prepare(obs: torch.Tensor, space: gym.spaces.Box, scale: bool) -> torch.Tensor:
+        obs = obs.reshape(obs.shape[0], *space.shape).float()
+        return obs / 255.0 if scale else obs

@@ -20,10 +20,14 @@ the :class:`Sample` and the device :class:`Batch` are all derived from that tabl
 * Per segment (``state_h``, ``state_c`` for an LSTM): one row per stored segment, the recurrent
   state the acting network carried into the segment's first step, so replay starts from it.
 
+A multi-part observation (an image and a vector: :mod:`atari.parts`) stores each part as a
+per-frame field of its own, ``frames/<key>``, in its own dtype (an image uint8, a vector float32);
+its :class:`Segment`'s ``frames`` and its :class:`Batch`'s ``obs`` are then dicts by part key.
+
 Stacks are rebuilt when sampling (:func:`rebuild_stacks`), with frames from before an episode's
 first frame zeroed, exactly as :class:`atari.stacking.FrameStacker` builds them when acting. The
-cost per stored transition is one frame and its first flag plus ``4·A + 10`` bytes (categorical,
-feed-forward).
+cost per stored transition is one frame (each of its parts) and its first flag plus ``4·A + 10``
+bytes (categorical, feed-forward).
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ import numpy as np
 import torch
 
 from acer_sync.nets.distributions import Distribution
+from atari import parts
 
 FRAME, STEP, SEGMENT = "frame", "step", "segment"
+#: A multi-part observation's part ``key`` is stored as the per-frame field ``frames/<key>``.
+PART_PREFIX = "frames/"
 
 
 @dataclass(frozen=True)
@@ -79,16 +86,23 @@ def _stored_action_dtype(distribution: Distribution) -> np.dtype:
 
 def buffer_fields(
     frame_shape: tuple[int, ...], frame_dtype: np.dtype, distribution: Distribution,
-    state_shapes: dict[str, tuple[int, ...]] | None = None,
+    state_shapes: dict[str, tuple[int, ...]] | None = None, frame_parts: dict | None = None,
 ) -> tuple[Field, ...]:
     """The table of what a run stores: frames, the step data, and the recurrent state if any.
 
     :param state_shapes: the network's recurrent state, name → one env's shape (``{}`` for a
         feed-forward network); each becomes a per-segment field ``state_<name>``.
+    :param frame_parts: a multi-part observation's layout, ``{key: (shape, dtype)}``
+        (``EnvInfo.frame_layout``): one per-frame field ``frames/<key>`` each, in place of
+        ``frames`` (``frame_shape`` and ``frame_dtype`` are then unused).
     """
     gaussian = distribution.kind == "gaussian"
+    if frame_parts:
+        frames = [Field(PART_PREFIX + key, FRAME, tuple(shape), np.dtype(dtype)) for key, (shape, dtype) in frame_parts.items()]
+    else:
+        frames = [Field("frames", FRAME, tuple(frame_shape), np.dtype(frame_dtype))]
     fields = [
-        Field("frames", FRAME, tuple(frame_shape), np.dtype(frame_dtype)),
+        *frames,
         Field("firsts", FRAME, (), np.dtype(bool)),
         Field("actions", STEP, tuple(distribution.action_shape), _stored_action_dtype(distribution),
               torch.float32 if gaussian else torch.int64),
@@ -106,6 +120,7 @@ class Segment(NamedTuple):
     """``nsteps`` steps of every env, numpy, time-major, one attribute per row of the field table
     (:func:`buffer_fields`), the per-segment fields gathered in ``state``.
 
+    ``frames`` is a dict by part key for a multi-part observation (fields ``frames/<key>``).
     As the Runner records it: per-frame fields ``[T+1, N, ...]`` (row t belongs to observation t;
     row T is the bootstrap observation), per-step fields ``[T, N, ...]`` (row t: the step taken
     from observation t), ``state`` the recurrent state carried into observation 0, ``[N, ...]``
@@ -132,11 +147,11 @@ class Sample(Segment):
 
 class Batch(NamedTuple):
     """One update's data on the device (:func:`to_batch`): ``obs`` ``[T+1, N, stack, ...]`` (uint8
-    for frames) and ``firsts`` ``[T+1, N]`` go with observation t = 0..T, every per-step field
+    for frames; a dict of them by part key for a multi-part observation) and ``firsts`` ``[T+1, N]`` go with observation t = 0..T, every per-step field
     ``[T, N, ...]`` with the step from observation t, in its ``device_dtype``, and ``state``, the
     per-segment state tensors ``[N, ...]`` in table order (empty for a feed-forward network)."""
 
-    obs: torch.Tensor
+    obs: torch.Tensor | dict[str, torch.Tensor]
     firsts: torch.Tensor
     actions: torch.Tensor
     mu: torch.Tensor
@@ -151,8 +166,22 @@ FIXED_FIELDS = Segment._fields[:-1]
 
 
 def field_array(record: Segment, field: Field, state_index: dict[str, int]) -> np.ndarray:
-    """``record``'s array of ``field``: an attribute, or for a per-segment field its place in ``state``."""
-    return record.state[state_index[field.name]] if field.per == SEGMENT else getattr(record, field.name)
+    """``record``'s array of ``field``: an attribute, a part of its ``frames``, or for a
+    per-segment field its place in ``state``."""
+    if field.per == SEGMENT:
+        return record.state[state_index[field.name]]
+    if field.name.startswith(PART_PREFIX):
+        return record.frames[field.name[len(PART_PREFIX):]]
+    return getattr(record, field.name)
+
+
+def make_record(cls, arrays: dict, fields: Iterable[Field]):
+    """A :class:`Segment` or :class:`Sample` of the arrays of ``fields`` (by field name)."""
+    fields = tuple(fields)
+    frame_parts = {f.name[len(PART_PREFIX):]: arrays[f.name] for f in fields if f.name.startswith(PART_PREFIX)}
+    frames = frame_parts or arrays["frames"]
+    state = tuple(arrays[f.name] for f in fields if f.per == SEGMENT)
+    return cls(frames, **{name: arrays[name] for name in FIXED_FIELDS[1:]}, state=state)
 
 
 def state_indices(fields: Iterable[Field]) -> dict[str, int]:
@@ -163,9 +192,9 @@ def state_indices(fields: Iterable[Field]) -> dict[str, int]:
 def empty_segment(fields: Iterable[Field], nsteps: int, num_envs: int) -> Segment:
     """Uninitialised arrays for one segment, shaped by ``fields``."""
     rows = {FRAME: (nsteps + 1, num_envs), STEP: (nsteps, num_envs), SEGMENT: (num_envs,)}
+    fields = tuple(fields)
     arrays = {f.name: np.empty((*rows[f.per], *f.shape), dtype=f.dtype) for f in fields}
-    state = tuple(arrays[f.name] for f in fields if f.per == SEGMENT)
-    return Segment(**{name: arrays[name] for name in FIXED_FIELDS}, state=state)
+    return make_record(Segment, arrays, fields)
 
 
 def rebuild_stacks(frames: torch.Tensor, firsts: torch.Tensor, stack: int) -> torch.Tensor:
@@ -279,8 +308,7 @@ class ReplayBuffer:
         arrays = {f.name: self.arrays[f.name][slots[f.per], env[f.per]] for f in self.fields}
         # Global steps before 0 were never written; the first frame (a reset) masks them anyway.
         arrays["firsts"][window == 0] = True
-        state = tuple(arrays[f.name] for f in self.fields if f.per == SEGMENT)
-        return Sample(**{name: arrays[name] for name in FIXED_FIELDS}, state=state)
+        return make_record(Sample, arrays, self.fields)
 
     def latest(self) -> Sample:
         """The segment stored last, for every env (the on-policy batch)."""
@@ -377,6 +405,6 @@ def to_batch(sample: Sample, fields: Iterable[Field], stack: int, device: torch.
         tensor = move(field_array(sample, f, index))
         moved[f.name] = tensor if f.device_dtype is None else tensor.to(f.device_dtype)
     return Batch(
-        obs=rebuild_stacks(move(sample.frames), firsts, stack), firsts=firsts[stack - 1 :],
+        obs=parts.map_parts(lambda frames: rebuild_stacks(move(frames), firsts, stack), sample.frames), firsts=firsts[stack - 1 :],
         **{name: moved[name] for name in FIXED_FIELDS[2:]}, state=tuple(moved[name] for name in index),
     )

@@ -8,6 +8,7 @@ import torch
 from acer_sync.nets.distributions import Distribution, distribution_for
 from acer_sync.nets.networks import Network, State
 from acer_sync.nets.precision import NetworkPasses
+from atari import parts
 from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
 from atari.stacking import FrameStacker
@@ -66,13 +67,13 @@ class Actor:
         self.greedy = greedy
         self.generator = generator
         self.normalizer = getattr(model, "normalizer", None) if update_normalizer else None
-        self.stacker = FrameStacker(num_envs, info.stack, info.frame_shape, info.frame_dtype)
+        self.stacker = FrameStacker(num_envs, info.stack, info.frame_layout)
         self.life_loss_actions = LifeLossActions(num_envs, info.life_loss_actions)
         self.num_envs = num_envs
         self.state: State = model.initial_state(num_envs)
         self.first = np.ones(num_envs, dtype=bool)
 
-    def reset(self, frames: np.ndarray) -> None:
+    def reset(self, frames) -> None:
         """Start every env's episode at ``frames``."""
         self.stacker.reset(frames)
         self.life_loss_actions.reset()
@@ -80,8 +81,8 @@ class Actor:
         self.first = np.ones(self.num_envs, dtype=bool)
 
     @property
-    def observation(self) -> np.ndarray:
-        """The current stacked observations ``[N, stack, ...]``."""
+    def observation(self):
+        """The current stacked observations ``[N, stack, ...]`` (a dict of them for a multi-part observation)."""
         return self.stacker.stacked
 
     @torch.inference_mode()
@@ -91,7 +92,7 @@ class Actor:
         Advances the recurrent state through the current observations.
         """
         dist = self.distribution
-        obs = torch.from_numpy(self.stacker.stacked).to(self.device)
+        obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
         if self.normalizer is not None:
             self.normalizer.update(obs)
         first = torch.from_numpy(self.first).to(self.device)
@@ -104,7 +105,7 @@ class Actor:
         return actions, stats
 
     @torch.inference_mode()
-    def final_values(self, final_frames: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    def final_values(self, final_frames, cut: np.ndarray) -> np.ndarray:
         """V of the final observations of the envs in ``cut`` (0 elsewhere), ``[N]``.
 
         Call it after the env step and before :meth:`observe`: the final observation drops the
@@ -114,15 +115,17 @@ class Actor:
         values = np.zeros(self.num_envs, dtype=np.float32)
         envs = np.flatnonzero(cut)
         if len(envs):
-            stacked = self.stacker.stacked
-            final = np.concatenate([stacked[envs, 1:], final_frames[envs, None]], axis=1)
+            def final_stack(stacked: np.ndarray, final: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(np.concatenate([stacked[envs, 1:], final[envs, None]], axis=1)).to(self.device)
+
+            final = parts.map_parts(final_stack, self.stacker.stacked, final_frames)
             state = tuple(s[torch.from_numpy(envs).to(s.device)] for s in self.state)
             not_first = torch.zeros(len(envs), dtype=torch.bool, device=self.device)
-            features, _ = self.net.step(torch.from_numpy(final).to(self.device), state, not_first)
+            features, _ = self.net.step(final, state, not_first)
             values[envs] = self.net.value_of(features).float().cpu().numpy()
         return values
 
-    def observe(self, frames: np.ndarray, episode_start: np.ndarray, life_lost: np.ndarray, game_over: np.ndarray) -> None:
+    def observe(self, frames, episode_start: np.ndarray, life_lost: np.ndarray, game_over: np.ndarray) -> None:
         """Take the envs' next frames; ``episode_start`` marks the envs whose next observation
         starts an episode (stack cleared, state reset at the next :meth:`act`)."""
         self.life_loss_actions.step(life_lost, game_over)

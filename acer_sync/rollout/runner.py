@@ -11,6 +11,7 @@ from acer_sync.base.timing import PhaseTimer
 from acer_sync.nets.networks import Network
 from acer_sync.replay.buffer import Field, Segment, empty_segment
 from acer_sync.rollout.actor import Actor
+from atari import parts
 from atari.envs import VecEnv
 from atari.episodes import EpisodeTracker
 
@@ -52,7 +53,7 @@ class Runner:
         self.fields = tuple(fields)
         self.reward_scale = reward_scale
         self.actor = Actor(model, env.info, env.num_envs, device, update_normalizer=True, precision=precision)
-        self.frames: np.ndarray | None = None
+        self.frames: np.ndarray | dict[str, np.ndarray] | None = None
 
     def reset(self, seed: int | None) -> None:
         frames, lives = self.env.reset(seed=seed)
@@ -70,7 +71,7 @@ class Runner:
             array[...] = tensor.float().cpu().numpy()
         segment.timeout_values[...] = 0.0
         for t in range(T):
-            segment.frames[t] = self.frames
+            parts.assign(segment.frames, t, self.frames)
             segment.firsts[t] = actor.first
             with self.timer("acting"):
                 segment.actions[t], segment.mu[t] = actor.act()
@@ -86,6 +87,6 @@ class Runner:
             with self.timer("env"):
                 actor.observe(next_frames, segment.dones[t], self.tracker.life_lost, game_over)
             self.frames = next_frames
-        segment.frames[T] = self.frames
+        parts.assign(segment.frames, T, self.frames)
         segment.firsts[T] = actor.first
         return segment

@@ -15,6 +15,7 @@ from acer_sync.nets.distributions import distribution_of_spec
 from acer_sync.nets.networks import Network, PolyakAverage, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
 from acer_sync.replay.buffer import Batch
+from atari import parts
 
 
 class PolicyTerms(NamedTuple):
@@ -166,9 +167,9 @@ class ACER:
         """
         cfg, dist = self.config, self.distribution
         T, N = batch.actions.shape[:2]
-        if batch.obs.shape[:2] != (T + 1, N) or batch.firsts.shape != (T + 1, N):
+        if parts.leading_shape(batch.obs, 2) != (T + 1, N) or batch.firsts.shape != (T + 1, N):
             raise ValueError(
-                f"obs and firsts must be [T+1, N, ...] = {(T + 1, N)}, got {tuple(batch.obs.shape[:2])} "
+                f"obs and firsts must be [T+1, N, ...] = {(T + 1, N)}, got {parts.leading_shape(batch.obs, 2)} "
                 f"and {tuple(batch.firsts.shape)}"
             )
 
@@ -176,7 +177,8 @@ class ACER:
         terms = self._policy_terms(batch, features)
         with torch.no_grad():
             # The average network unrolls from the same stored state, over observations 0..T−1.
-            features_avg, _ = self.average_net.unroll(batch.obs[:T], batch.firsts[:T], batch.state)
+            obs_avg = parts.map_parts(lambda obs: obs[:T], batch.obs)
+            features_avg, _ = self.average_net.unroll(obs_avg, batch.firsts[:T], batch.state)
             stats_avg = self.average_net.policy_of(features_avg).reshape(T, N, -1)
 
         # ĝ^acer with respect to the statistics φ, one row per sample.

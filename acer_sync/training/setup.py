@@ -88,7 +88,8 @@ def build_trainer(
     sampler = seed_everything(config.seed)
 
     model = build_model(info, config).to(device)
-    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes)
+    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
+                           frame_parts=info.frame_layout if info.frame_parts else None)
     buffer_bytes = check_buffer_fits(config, info, fields)
     if config.compile:
         model.compile()  # in place: the state_dict keys stay the same
