@@ -37,7 +37,7 @@ import torch
 
 from acer_sync.api.cli import OneLineParser
 from acer_sync.api.run_metadata import package_versions
-from acer_sync.base.config import NETWORKS, PRECISIONS, build_config, validate
+from acer_sync.base.config import COMPILE_MODES, NETWORKS, PRECISIONS, build_config, validate
 from acer_sync.base.errors import UserError, run_cli
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
@@ -61,7 +61,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="network device (default: auto)")
     parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
     parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the training forward pass, as train.py --compile")
+    parser.add_argument("--compile", nargs="?", const="network", default="off", choices=COMPILE_MODES, metavar="MODE",
+                        help="torch.compile, as train.py --compile: off (default), network, update or graph (CUDA)")
     parser.add_argument("--network", choices=NETWORKS, default="auto", help="the torso, as train.py --network (default: auto)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
@@ -158,7 +159,7 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     """The same network passes in plain PyTorch on random uint8 frames already on the device."""
     T, N = config.nsteps, config.num_envs
     model = build_model(info, config).to(device)
-    if config.compile:
+    if config.compile == "network":
         model.compile()
     average = build_model(info, config).to(device).requires_grad_(False)
     optimizer = RMSpropTF(model.parameters(), lr=config.lr)

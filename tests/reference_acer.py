@@ -7,7 +7,10 @@ update unchanged on whatever CPU the tests run, where a stored float digest woul
 instruction sets (AVX2, AVX-512).
 
 The network's forward passes are frozen here too, as functions of its submodules (whose names the
-checkpoints' state_dicts fix), so the oracle does not depend on the interface it checks.
+checkpoints' state_dicts fix), so the oracle does not depend on the interface it checks; so are the
+optimizer's step and the Polyak average, as they were before the update became sync-free (main at
+34ed7cc: a host branch on the finite check, the learning rate a Python float), in
+:class:`ReferenceRMSpropTF` and :func:`reference_polyak_update`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,43 @@ import torch
 from torch import nn
 
 from acer_sync.math import losses
-from acer_sync.nets.networks import LOG_STD_MAX, LOG_STD_MIN, polyak_update
+from acer_sync.nets.networks import LOG_STD_MAX, LOG_STD_MIN
+
+
+class ReferenceRMSpropTF(torch.optim.Optimizer):
+    """RMSProp with ε inside the root and v started at one, stepped as main stepped it at 34ed7cc."""
+
+    def __init__(self, params, lr: float, alpha: float = 0.99, eps: float = 1e-5):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            square_avgs = []
+            for p in params:
+                state = self.state[p]
+                if "square_avg" not in state:
+                    state["square_avg"] = torch.ones_like(p)
+                square_avgs.append(state["square_avg"])
+            torch._foreach_mul_(square_avgs, group["alpha"])
+            torch._foreach_addcmul_(square_avgs, grads, grads, value=1.0 - group["alpha"])
+            denominators = torch._foreach_add(square_avgs, group["eps"])
+            torch._foreach_sqrt_(denominators)
+            torch._foreach_addcdiv_(params, grads, denominators, value=-group["lr"])
+
+
+@torch.no_grad()
+def reference_polyak_update(average: nn.Module, online: nn.Module, alpha: float) -> None:
+    """θ_a ← α θ_a + (1 − α) θ, buffers copied, as main did it at 34ed7cc."""
+    average_params, online_params = list(average.parameters()), list(online.parameters())
+    for average_buffer, online_buffer in zip(average.buffers(), online.buffers()):
+        average_buffer.copy_(online_buffer)
+    torch._foreach_mul_(average_params, alpha)
+    torch._foreach_add_(average_params, online_params, alpha=1.0 - alpha)
 
 
 def _features(net, obs):
@@ -118,6 +157,7 @@ def _gaussian_terms(model, cfg, dist, batch, flat_obs):
 
 def reference_update(model, average_model, optimizer, cfg, dist, batch: dict, lr: float) -> bool:
     """One update exactly as main did it before the interface change; returns whether it stepped.
+    ``optimizer`` is a :class:`ReferenceRMSpropTF`.
 
     ``batch`` maps ``obs`` ``[T+1, N, ...]``, ``actions``, ``mu``, ``rewards``, ``dones`` (float)
     and ``timeout_values`` (or None) to tensors, as the old ``Batch`` held them.
@@ -146,5 +186,5 @@ def reference_update(model, average_model, optimizer, cfg, dist, batch: dict, lr
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.step()
-        polyak_update(average_model, model, cfg.alpha)
+        reference_polyak_update(average_model, model, cfg.alpha)
     return finite

@@ -52,21 +52,35 @@ def test_average_network_moves_during_training():
     assert stats["nonfinite"].item() == 0
 
 
-def test_update_skips_nonfinite_gradients():
+@pytest.mark.parametrize("sync_free", [False, True], ids=["host-branch", "sync-free"])
+def test_update_skips_nonfinite_gradients(sync_free):
+    # Either way a non-finite update changes no parameter, no RMSProp v and no average parameter,
+    # and is counted; the streak counts those in a row and a finite update ends it.
     config = Config(env="test", nsteps=2, num_envs=1, hidden="8")
     model = categorical_net((1, 4), 2, "mlp", (8,))
-    agent = ACER(model, config)
-    before = [p.clone() for p in model.parameters()]
-    batch = ff_batch(
-        obs=torch.randn(3, 1, 1, 4),
-        actions=torch.zeros(2, 1, dtype=torch.long),
-        mu=torch.full((2, 1, 2), 0.5),
-        rewards=torch.tensor([[float("nan")], [0.0]]),
-        dones=torch.zeros(2, 1),
-    )
-    stats = agent.update(batch, lr=1e-2)
-    assert stats["nonfinite"].item() == 1 and agent.nonfinite_updates == 1
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    agent = ACER(model, config, sync_free=sync_free)
+
+    def batch(reward: float):
+        return ff_batch(
+            obs=torch.randn(3, 1, 1, 4),
+            actions=torch.zeros(2, 1, dtype=torch.long),
+            mu=torch.full((2, 1, 2), 0.5),
+            rewards=torch.tensor([[reward], [0.0]]),
+            dones=torch.zeros(2, 1),
+        )
+
+    agent.update(batch(1.0), lr=1e-2)  # one finite step first, so v and the average are not at their start
+    state = [t.clone() for t in (*model.parameters(), *agent.average_model.parameters(),
+                                 *(agent.optimizer.state[p]["square_avg"] for p in model.parameters()))]
+    for streak in (1, 2):
+        stats = agent.update(batch(float("nan")), lr=1e-2)
+        assert stats["nonfinite"].item() == 1 and agent.nonfinite_updates == streak and agent.nonfinite_streak == streak
+    after = (*model.parameters(), *agent.average_model.parameters(),
+             *(agent.optimizer.state[p]["square_avg"] for p in model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(state, after))
+    stats = agent.update(batch(1.0), lr=1e-2)
+    assert stats["nonfinite"].item() == 0 and agent.nonfinite_updates == 2 and agent.nonfinite_streak == 0
+    assert not torch.equal(state[0], next(model.parameters()))
 
 
 def test_trust_region_shrinks_the_kl_step():

@@ -3,13 +3,13 @@
 import copy
 
 import numpy as np
+import pytest
 import torch
-from reference_acer import reference_update
+from reference_acer import ReferenceRMSpropTF, reference_update
 
 import train
 from acer_sync.base.config import Config, build_config
 from acer_sync.math import losses
-from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import Categorical, DiagGaussian, distribution_for, distribution_of_spec
 from acer_sync.replay.buffer import Batch, ReplayBuffer, Segment, buffer_fields
@@ -40,14 +40,15 @@ def test_zero_timeout_values_change_no_bit():
     assert torch.equal(losses.q_retrace(*args), losses.q_retrace(*args, timeout_values=torch.zeros(7, 3)))
 
 
-def _updated_both_ways(make_model, config, batch, updates=3):
-    """Parameters after ``updates`` steps of ACER.update and of the frozen reference, from one init."""
+def _updated_both_ways(make_model, config, batch, updates=3, sync_free=False):
+    """Parameters after ``updates`` steps of ACER.update (its host-branch or its sync-free step)
+    and of the frozen reference, from one init."""
     torch.manual_seed(3)
     model = make_model()
     reference_model = copy.deepcopy(model)
-    agent = ACER(model, config)
+    agent = ACER(model, config, sync_free=sync_free)
     reference_average = copy.deepcopy(agent.average_model)
-    reference_optimizer = RMSpropTF(reference_model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
+    reference_optimizer = ReferenceRMSpropTF(reference_model.parameters(), lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
     dist = distribution_of_spec(model.spec())
     T, N = batch["actions"].shape[:2]
     torch.manual_seed(5)
@@ -64,37 +65,43 @@ def _assert_bit_identical(model, reference):
         assert torch.equal(p, q), name
 
 
-def test_discrete_update_is_bit_identical_to_the_frozen_reference_with_or_without_zero_timeouts():
+SYNC_FREE = pytest.mark.parametrize("sync_free", [False, True], ids=["host-branch", "sync-free"])
+
+
+@SYNC_FREE
+def test_discrete_update_is_bit_identical_to_the_frozen_reference_with_or_without_zero_timeouts(sync_free):
     # The frozen copy of the old update is the oracle, computed here; a stored digest of the
     # parameters would differ between CPUs (AVX2, AVX-512).
     config = Config(env="test", nsteps=5, num_envs=3, hidden="16")
     for timeout_values in (None, torch.zeros(5, 3)):
         batch = random_batch(5, 3, (1, 4), 3, False, seed=4, timeout_values=timeout_values)
         model, average, reference, reference_average = _updated_both_ways(
-            lambda: categorical_net((1, 4), 3, "mlp", (16,)), config, batch
+            lambda: categorical_net((1, 4), 3, "mlp", (16,)), config, batch, sync_free=sync_free
         )
         _assert_bit_identical(model, reference)
         _assert_bit_identical(average, reference_average)
         assert not torch.equal(model.head.q.weight, average.head.q.weight)  # three steps really moved it
 
 
-def test_cnn_update_is_bit_identical_to_the_frozen_reference():
+@SYNC_FREE
+def test_cnn_update_is_bit_identical_to_the_frozen_reference(sync_free):
     config = Config(env="test", nsteps=4, num_envs=2)
     batch = random_batch(4, 2, (4, 36, 36), 4, False, seed=6, frames=True, timeout_values=torch.zeros(4, 2))
     model, average, reference, reference_average = _updated_both_ways(
-        lambda: categorical_net((4, 36, 36), 4, "cnn"), config, batch, updates=2
+        lambda: categorical_net((4, 36, 36), 4, "cnn"), config, batch, updates=2, sync_free=sync_free
     )
     _assert_bit_identical(model, reference)
     _assert_bit_identical(average, reference_average)
 
 
-def test_gaussian_update_is_bit_identical_to_the_frozen_reference():
+@SYNC_FREE
+def test_gaussian_update_is_bit_identical_to_the_frozen_reference(sync_free):
     config = build_config(False, dict(env="test", nsteps=5, num_envs=3, hidden="16"), continuous=True)
     timeout_values = torch.zeros(5, 3)
     timeout_values[4, 1] = 2.5
     batch = random_batch(5, 3, (1, 4), 2, True, seed=7, timeout_values=timeout_values)
     model, average, reference, reference_average = _updated_both_ways(
-        lambda: gaussian_net((1, 4), 2, (16,), [0.3, 0.3], normalize_obs=True), config, batch
+        lambda: gaussian_net((1, 4), 2, (16,), [0.3, 0.3], normalize_obs=True), config, batch, sync_free=sync_free
     )
     _assert_bit_identical(model, reference)
     _assert_bit_identical(average, reference_average)

@@ -86,6 +86,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif f.type in (float, "float"):
             parser.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
         else:
+            if "const" in f.metadata:  # the flag alone means this value
+                kwargs.update(nargs="?", const=f.metadata["const"])
             parser.add_argument(*flags, type=str, metavar=f.metadata.get("metavar"), **kwargs)
 
 

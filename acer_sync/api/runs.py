@@ -37,7 +37,7 @@ from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
-from acer_sync.nets.build import build_model, model_spec, network_arch
+from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
@@ -207,6 +207,9 @@ def check_config(config: Config, info: EnvInfo) -> None:
     if info.arch != "mlp" and config.normalize_obs:
         raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     network_arch(info, config)
+    if config.compile == "graph" and select_device(config.device).type != "cuda":
+        raise UserError(f"--compile graph runs the update as a CUDA graph, and this run's device is "
+                        f"{select_device(config.device).type} (--compile update compiles it without the graph)")
     if config.torso:
         build_model(info, config)  # imports the torso class and checks its contract, in one line each
     if is_callable_env(config.env) and config.vec_env == "subproc" and multiprocessing.get_start_method() != "fork":

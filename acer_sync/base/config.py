@@ -20,6 +20,12 @@ def _f(default, help: str, **metadata):
     return field(default=default, metadata={"help": help, **metadata})
 
 
+#: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`).
+COMPILE_MODES = ("off", "network", "update", "graph")
+#: What the values of a setting's earlier type mean now: ``compile`` was a bool (true: the network's passes).
+LEGACY_VALUES = {"compile": {True: "network", False: "off"}}
+
+
 @dataclass
 class Config:
     """Hyperparameters and run settings. Defaults are OpenAI Baselines' ``acer.learn()``."""
@@ -48,7 +54,11 @@ class Config:
     replay_ratio: float = _f(4.0, "mean of the Poisson number of off-policy updates per on-policy one")
     replay_start: int = _f(10_000, "steps per env stored before replay begins")
     threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
-    compile: bool = _f(False, "compile the network's training forward pass with torch.compile (slower start, faster updates)")
+    compile: str = _f(
+        "off", "torch.compile: off; network (the network's passes; a bare --compile); update (the whole ACER update, one "
+        "graph, with no host read in it); graph (the update as a CUDA graph, CUDA only); may change on --resume",
+        choices=COMPILE_MODES, metavar="MODE", const="network",
+    )
     precision: str = _f(
         "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "
         "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32; may change on --resume)",
@@ -97,6 +107,12 @@ class Config:
     eval_every: int = _f(250_000, "agent steps between evaluations on full games in separate envs (0: never)")
     eval_episodes: int = _f(10, "full games per evaluation")
     eval_greedy: bool = _f(False, "evaluate with argmax actions instead of sampling from the policy")
+
+    def __post_init__(self):
+        for name, meanings in LEGACY_VALUES.items():  # a run or a file written before the setting changed type
+            value = getattr(self, name)
+            if isinstance(value, bool) and value in meanings:
+                setattr(self, name, meanings[value])
 
 
 #: Presets by kind of env. A flag the user gives overrides its preset value.

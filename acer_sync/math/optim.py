@@ -28,6 +28,36 @@ class RMSpropTF(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps))
 
     @torch.no_grad()
+    def init_state(self) -> None:
+        """Create v (ones) for every parameter now, not at its first step: a step then allocates
+        nothing, as a captured or compiled one must not."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if "square_avg" not in self.state[p]:
+                    self.state[p]["square_avg"] = torch.ones_like(p, memory_format=torch.preserve_format)
+
+    @torch.no_grad()
+    def step_masked(self, finite: torch.Tensor, lr: torch.Tensor) -> None:
+        """:meth:`step` without a host read: ``lr`` is a tensor on the parameters' device, and where
+        the bool tensor ``finite`` is False every parameter and its v keep their values (a skipped
+        step). The arithmetic is :meth:`step`'s, θ + (−lr·g)/√(v + ε), so a finite step gives the
+        same bits. Needs :meth:`init_state` first; every parameter must have a gradient."""
+        for group in self.param_groups:
+            params = group["params"]
+            grads = [p.grad for p in params]
+            square_avgs = [self.state[p]["square_avg"] for p in params]
+            new_square_avgs = torch._foreach_mul(square_avgs, group["alpha"])
+            torch._foreach_addcmul_(new_square_avgs, grads, grads, value=1.0 - group["alpha"])
+            denominators = torch._foreach_add(new_square_avgs, group["eps"])
+            torch._foreach_sqrt_(denominators)
+            steps = torch._foreach_mul(grads, torch.neg(lr))
+            torch._foreach_div_(steps, denominators)
+            new_params = torch._foreach_add(params, steps)
+            for p, v, new_p, new_v in zip(params, square_avgs, new_params, new_square_avgs):
+                p.copy_(torch.where(finite, new_p, p))
+                v.copy_(torch.where(finite, new_v, v))
+
+    @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - the class docstring gives the update
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]

@@ -210,11 +210,19 @@ class PolyakAverage:
             raise ValueError("average and online networks differ in their parameters")
 
     @torch.no_grad()
-    def update(self, alpha: float) -> None:
+    def update(self, alpha: float, finite: torch.Tensor | None = None) -> None:
+        """One step; with ``finite`` (a bool tensor), a step without a host read that leaves the
+        average as it is where ``finite`` is False (the update it follows was skipped)."""
         for average_buffer, online_buffer in zip(self.average_buffers, self.online_buffers):
             average_buffer.copy_(online_buffer)
-        torch._foreach_mul_(self.average_params, alpha)
-        torch._foreach_add_(self.average_params, self.online_params, alpha=1.0 - alpha)
+        if finite is None:
+            torch._foreach_mul_(self.average_params, alpha)
+            torch._foreach_add_(self.average_params, self.online_params, alpha=1.0 - alpha)
+            return
+        moved = torch._foreach_mul(self.average_params, alpha)
+        torch._foreach_add_(moved, self.online_params, alpha=1.0 - alpha)
+        for average, new in zip(self.average_params, moved):
+            average.copy_(torch.where(finite, new, average))
 
 
 def polyak_update(average: nn.Module, online: nn.Module, alpha: float) -> None:

@@ -37,6 +37,9 @@ def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.
     return 1.0 - (target - prediction).var() / var_target.clamp_min(1e-12)
 
 
+#: The ``config.compile`` modes that compile the whole update (:meth:`ACER.update`).
+COMPILED_UPDATES = ("update", "graph")
+
 #: The statistics :meth:`ACER.update` returns, in the order progress.csv lists them.
 UPDATE_STATS = (
     "loss_policy", "loss_f", "loss_bc", "loss_q", "entropy", "explained_variance", "grad_norm", "kl_avg",
@@ -61,7 +64,7 @@ class ACER:
     :param timer: charges the Polyak update to the ``average_update`` phase (bench.py).
     """
 
-    def __init__(self, model: Network, config: Config, timer: PhaseTimer | None = None):
+    def __init__(self, model: Network, config: Config, timer: PhaseTimer | None = None, sync_free: bool | None = None):
         self.config = config
         self.timer = timer or PhaseTimer()
         self.model = model
@@ -74,10 +77,35 @@ class ACER:
         self.average_net = NetworkPasses(self.average_model, config.precision, device)
         self.parameters = list(model.parameters())  # listed once (see PolyakAverage)
         self.optimizer = RMSpropTF(self.parameters, lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
+        self.optimizer.init_state()
         self.polyak = PolyakAverage(self.average_model, model)
-        self.nonfinite_updates = 0
-        self.nonfinite_streak = 0  # non-finite updates in a row
+        compiled = config.compile in COMPILED_UPDATES
+        #: Whether an update runs without a host read (see :meth:`update`).
+        self.sync_free = (device.type == "cuda" or compiled) if sync_free is None else sync_free
+        self.lr = torch.tensor(float(config.lr), device=device)  # the learning rate, on the device
+        self._nonfinite_total = torch.zeros((), dtype=torch.int64, device=device)
+        self._nonfinite_streak = torch.zeros((), dtype=torch.int64, device=device)  # non-finite updates in a row
         self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
+        self.compiled = compiled
+        self._update = self._update_eager
+        if compiled:
+            self._update = torch.compile(
+                self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if config.compile == "graph" else None,
+            )
+
+    @property
+    def nonfinite_updates(self) -> int:
+        """Non-finite updates (skipped) in the whole run; a host read."""
+        return int(self._nonfinite_total)
+
+    @nonfinite_updates.setter
+    def nonfinite_updates(self, count: int) -> None:
+        self._nonfinite_total.fill_(int(count))
+
+    @property
+    def nonfinite_streak(self) -> int:
+        """Non-finite updates in a row, up to the last one; a host read."""
+        return int(self._nonfinite_streak)
 
     def _categorical_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
         """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions.
@@ -164,15 +192,31 @@ class ACER:
         region (eq. 12), and only then sent back through the network, so one backward pass
         serves the policy and the critic (eq. 6). If the gradient is not finite the step is
         skipped and ``nonfinite`` is 1.
+
+        Sync-free (:attr:`sync_free`: on CUDA, and whenever the update is compiled), nothing in
+        it reads the device from the host: the learning rate is a device tensor, a non-finite
+        step is masked on the device (the parameters, RMSProp's v and the average keep their
+        values), the counters of non-finite updates are device tensors, and the statistics stay
+        there until a progress row reads them. Otherwise (the CPU's eager default, where a host
+        read costs nothing) the finite check is a host branch, as the frozen reference has it
+        (``tests/reference_acer.py``); both give the same bits. ``config.compile`` ``update``
+        runs it through ``torch.compile(fullgraph=True)``, ``graph`` also as a CUDA graph.
         """
-        cfg, dist = self.config, self.distribution
         T, N = batch.actions.shape[:2]
         if parts.leading_shape(batch.obs, 2) != (T + 1, N) or batch.firsts.shape != (T + 1, N):
             raise ValueError(
                 f"obs and firsts must be [T+1, N, ...] = {(T + 1, N)}, got {parts.leading_shape(batch.obs, 2)} "
                 f"and {tuple(batch.firsts.shape)}"
             )
+        self.lr.fill_(lr)
+        if not self.compiled:
+            return self._update_eager(batch, lr)
+        with torch._dynamo.config.patch(trace_autograd_ops=True):  # autograd.grad and backward in the graph
+            return self._update(batch, lr)
 
+    def _update_eager(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
+        cfg, dist = self.config, self.distribution
+        T, N = batch.actions.shape[:2]
         features, _ = self.net.unroll(batch.obs, batch.firsts, batch.state)  # observations 0..T
         terms = self._policy_terms(batch, features)
         with torch.no_grad():
@@ -192,20 +236,22 @@ class ACER:
         loss_policy_surrogate = -(terms.stats * z).sum() / (T * N)
         loss = loss_policy_surrogate + cfg.q_coef * terms.loss_critic
 
-        self.optimizer.zero_grad(set_to_none=True)
+        for parameter in self.parameters:  # the optimizer's zero_grad(set_to_none=True), which Dynamo does not trace
+            parameter.grad = None
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
-        finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
-        if finite:
+        finite = torch.isfinite(grad_norm) & torch.isfinite(loss)
+        if self.sync_free:
+            self.optimizer.step_masked(finite, self.lr)
+            self.polyak.update(cfg.alpha, finite)
+        elif bool(finite):
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
             with self.timer("average_update"):
                 self.polyak.update(cfg.alpha)
-            self.nonfinite_streak = 0
-        else:
-            self.nonfinite_updates += 1
-            self.nonfinite_streak += 1
+        self._nonfinite_total.add_(~finite)
+        self._nonfinite_streak.copy_(torch.where(finite, 0, self._nonfinite_streak + 1))
 
         with torch.no_grad():
             k_dot_g = (k * g).sum(-1)
@@ -226,5 +272,5 @@ class ACER:
                 "avg_norm_k_dot_g": k_dot_g.abs().mean(),
                 "avg_norm_adj": (g - z).norm(dim=-1).mean(),
                 "tr_active_frac": (k_dot_g > cfg.delta).float().mean(),
-                "nonfinite": torch.tensor(0.0 if finite else 1.0),
+                "nonfinite": (~finite).float(),
             }

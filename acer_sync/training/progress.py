@@ -11,8 +11,9 @@ from acer_sync.training.acer import UPDATE_STATS
 
 
 class UpdateStats:
-    """Sums of each update's statistics (kept as tensors: no device read per update), on-policy
-    and off-policy apart, since the last progress row."""
+    """Sums of each update's statistics, on-policy and off-policy apart, since the last progress
+    row: one tensor of :data:`UPDATE_STATS` each, on the device, added to once an update and read
+    from the host once a row."""
 
     def __init__(self):
         self.reset()
@@ -22,20 +23,20 @@ class UpdateStats:
         self.counts = {"on": 0, "off": 0}
 
     def add(self, stats: dict[str, torch.Tensor], off_policy: bool) -> None:
-        prefix = "off_" if off_policy else ""
-        for name, value in stats.items():
-            key = prefix + name
-            self.sums[key] = self.sums[key] + value.detach() if key in self.sums else value.detach().clone()
-        self.counts["off" if off_policy else "on"] += 1
+        kind = "off" if off_policy else "on"
+        values = torch.stack([stats[name].detach().float() for name in UPDATE_STATS])
+        self.sums[kind] = self.sums[kind] + values if kind in self.sums else values
+        self.counts[kind] += 1
 
     def means(self) -> dict[str, float]:
         """Each statistic's mean over the updates since :meth:`reset` (NaN where none ran)."""
         means = {}
-        for prefix, count in (("", self.counts["on"]), ("off_", self.counts["off"])):
-            for name in UPDATE_STATS:
+        for kind, prefix in (("on", ""), ("off", "off_")):
+            count = self.counts[kind]
+            totals = self.sums[kind].tolist() if count else [float("nan")] * len(UPDATE_STATS)
+            for name, total in zip(UPDATE_STATS, totals):
                 if name != "nonfinite":
-                    total = self.sums.get(prefix + name)
-                    means[prefix + name] = float(total) / count if total is not None and count else float("nan")
+                    means[prefix + name] = total / count if count else float("nan")
         return means
 
 

@@ -91,7 +91,7 @@ def build_trainer(
     fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                            frame_parts=info.frame_layout if info.frame_parts else None)
     buffer_bytes = check_buffer_fits(config, info, fields)
-    if config.compile:
+    if config.compile == "network":
         model.compile()  # in place: the state_dict keys stay the same
     agent = ACER(model, config, timer)
     warning = slow_bf16_warning(config.precision, device, model)
