@@ -37,7 +37,7 @@ import torch
 
 from acer_sync.api.cli import OneLineParser
 from acer_sync.api.run_metadata import package_versions
-from acer_sync.base.config import COMPILE_MODES, NETWORKS, PRECISIONS, build_config, validate
+from acer_sync.base.config import COMPILE_MODES, NETWORKS, PIPELINES, PRECISIONS, build_config, validate
 from acer_sync.base.errors import UserError, run_cli
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
@@ -64,6 +64,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--compile", nargs="?", const="network", default="off", choices=COMPILE_MODES, metavar="MODE",
                         help="torch.compile, as train.py --compile: off (default), network, update or graph (CUDA)")
     parser.add_argument("--network", choices=NETWORKS, default="auto", help="the torso, as train.py --network (default: auto)")
+    parser.add_argument("--pipeline", choices=PIPELINES, default="serial",
+                        help="as train.py --pipeline: serial (default) or overlap (learn while the envs collect in a thread)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
     return parser.parse_args(argv)
@@ -199,14 +201,14 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
 
 
 def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, dict[str, float]]:
-    """The Trainer's own iteration, :meth:`~acer_sync.training.trainer.Trainer.collect` then
-    :meth:`~acer_sync.training.trainer.Trainer.learn`: half of ``seconds`` with the phase timer off
+    """The Trainer's own iteration (:meth:`~acer_sync.training.trainer.Trainer.iterate`: collect then
+    learn, or both at once with ``--pipeline overlap``): half of ``seconds`` with the phase timer off
     (the headline figure: on CUDA the timer synchronizes the device at every phase), then half with
-    it on, for the phases. Returns both steps/s, untimed and timed, and the timed half's phases."""
+    it on, for the phases (overlapped, the env and acting phases run in the collecting thread,
+    untimed). Returns both steps/s, untimed and timed, and the timed half's phases."""
 
     def iteration():
-        trainer.collect()
-        trainer.learn()
+        trainer.iterate()
 
     def window(timed: bool) -> tuple[float, float]:
         trainer.timer.reset()
@@ -235,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
-                     precision=args.precision, network=args.network,
+                     precision=args.precision, network=args.network, pipeline=args.pipeline,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9, log_seconds=0,
                      checkpoint_every=10**12, total_timesteps=10**12)
     info = env_info(args.env)
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_per_sec_timed": round(timed_sps, 1),
         "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
         "env_steps_per_sec": round(env_sps, 1),
-        "env_steps_per_sec_in_loop": round(timed_sps * phases["total"] / max(phases["env"], 1e-9), 1),
+        "env_steps_per_sec_in_loop": round(timed_sps * phases["total"] / phases["env"], 1) if phases["env"] else None,
         "learner_steps_per_sec": round(learner_sps, 1),
         "learner_updates_per_iteration": round(learner_updates, 3),
         "raw_learner_steps_per_sec": round(raw_sps, 1),
@@ -286,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
         "compile": config.compile,
+        "pipeline": config.pipeline,
         "network": trainer.model.spec()["arch"],
         "precision": config.precision,
         "bf16_passes": runs_in_bf16(trainer.model, config.precision),
@@ -294,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s; "
           f"{result['steps_per_sec_timed']:.1f} with the phase timer on)")
-    print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {result['env_steps_per_sec_in_loop']:.1f})")
+    in_loop = result["env_steps_per_sec_in_loop"]
+    in_loop_text = f"{in_loop:.1f}" if in_loop is not None else "in the collecting thread, untimed"
+    print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {in_loop_text})")
     print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s")
     print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s")
     print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "

@@ -20,6 +20,8 @@ def _f(default, help: str, **metadata):
     return field(default=default, metadata={"help": help, **metadata})
 
 
+#: ``--pipeline``'s modes (:meth:`acer_sync.training.trainer.Trainer.iterate`).
+PIPELINES = ("serial", "overlap")
 #: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`).
 COMPILE_MODES = ("off", "network", "update", "graph")
 #: What the values of a setting's earlier type mean now: ``compile`` was a bool (true: the network's passes).
@@ -58,6 +60,11 @@ class Config:
         "off", "torch.compile: off; network (the network's passes; a bare --compile); update (the whole ACER update, one "
         "graph, with no host read in it); graph (the update as a CUDA graph, CUDA only); may change on --resume",
         choices=COMPILE_MODES, metavar="MODE", const="network",
+    )
+    pipeline: str = _f(
+        "serial", "serial: collect a segment, then learn from it; overlap: learn from segment k while the envs "
+        "collect k+1 in a thread, with the weights of the last finished update (μ is stored, so ACER's importance "
+        "weights correct the lag); may change on --resume", choices=PIPELINES,
     )
     precision: str = _f(
         "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "

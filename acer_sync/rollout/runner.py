@@ -40,11 +40,13 @@ class Runner:
     :param timer: charges time to the ``acting`` and ``env`` phases (bench.py).
     :param reward_scale: training rewards are multiplied by this (logged returns stay raw).
     :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`).
+    :param generator: the torch generator actions are sampled with (None: torch's global one).
     """
 
     def __init__(
         self, env: VecEnv, model: Network, device: torch.device, nsteps: int, tracker: EpisodeTracker,
         fields: Iterable[Field], timer: PhaseTimer | None = None, reward_scale: float = 1.0, precision: str = "fp32",
+        generator: torch.Generator | None = None,
     ):
         self.timer = timer or PhaseTimer()
         self.env = env
@@ -52,7 +54,7 @@ class Runner:
         self.tracker = tracker
         self.fields = tuple(fields)
         self.reward_scale = reward_scale
-        self.actor = Actor(model, env.info, env.num_envs, device, update_normalizer=True, precision=precision)
+        self.actor = Actor(model, env.info, env.num_envs, device, generator=generator, update_normalizer=True, precision=precision)
         self.frames: np.ndarray | dict[str, np.ndarray] | None = None
 
     def reset(self, seed: int | None) -> None:

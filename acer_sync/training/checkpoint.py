@@ -9,7 +9,7 @@ Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
 * ``config``: every :class:`~acer_sync.base.config.Config` field; ``env_id``; ``action_low`` and
   ``action_high``, the Box a Gaussian policy's actions are clipped to (empty for discrete actions);
 * ``model_spec`` (every key the network records), ``model``, ``average_model``, ``optimizer``;
-* ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``,
+* ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``, ``unlearned_segments``,
   ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
 * ``callbacks``: each callback's own state by name (the best evaluation mean, for ``best.pt``).
 
@@ -122,7 +122,8 @@ def migrate(payload: dict) -> dict:
     no ``nonfinite_updates`` or ``time_elapsed`` counters (0), and for a Gaussian policy no Box
     bounds (read from the env). Format 2 adds ``callbacks``. Format 3 is the composed network
     (:mod:`acer_sync.nets.networks`): its parameters renamed (:data:`FORMAT3_NAMES`), its spec
-    with ``activation`` (tanh), ``torso`` and ``torso_kwargs`` (none) and ``obs_dtype``.
+    with ``activation`` (tanh), ``torso`` and ``torso_kwargs`` (none) and ``obs_dtype``; its
+    counters gained ``unlearned_segments`` (0 before it existed) with ``--pipeline overlap``.
     """
     payload = dict(payload)
     if payload["format"] == 1:
@@ -141,6 +142,8 @@ def migrate(payload: dict) -> dict:
             payload[key] = {format3_name(name, spec): tensor for name, tensor in payload[key].items()}
         payload["optimizer"] = _optimizer_in_order(payload["optimizer"], list(payload["model"]), payload["model_spec"])
         payload["format"] = 3
+    # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was.
+    payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
     return payload
 
 
@@ -209,6 +212,9 @@ def trainer_payload(trainer) -> dict:
             "episodes": trainer.tracker.episodes,
             "nonfinite_updates": trainer.agent.nonfinite_updates,
             "time_elapsed": trainer.time_elapsed(),
+            # --pipeline overlap: segments that got no on-policy update (a resume does not give the
+            # newest stored one its pending update).
+            "unlearned_segments": trainer.unlearned_segments + int(trainer.pending_update),
         },
         "recent_returns": list(trainer.tracker.recent_returns),
         "recent_lengths": list(trainer.tracker.recent_lengths),
@@ -239,7 +245,10 @@ def check_restorable(payload: dict, model, agent, steps_per_iteration: int) -> N
             f"the checkpoint's counters disagree: {counters['timesteps']} steps is not {counters['iterations']} "
             f"iterations of {steps_per_iteration} steps"
         )
-    if not counters["iterations"] <= counters["updates"] or counters["nonfinite_updates"] > counters["updates"]:
+    unlearned = counters.get("unlearned_segments")
+    if not isinstance(unlearned, int) or isinstance(unlearned, bool) or not 0 <= unlearned <= counters["iterations"]:
+        raise UserError(f"the checkpoint's counter unlearned_segments is {unlearned!r}, not a number from 0 to its iterations")
+    if not counters["iterations"] - unlearned <= counters["updates"] or counters["nonfinite_updates"] > counters["updates"]:
         raise UserError(
             f"the checkpoint's counters disagree: {counters['updates']} updates for {counters['iterations']} iterations "
             f"and {counters['nonfinite_updates']} non-finite updates"
@@ -287,13 +296,14 @@ def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator, 
     model.load_state_dict(payload["model"])
     agent.average_model.load_state_dict(payload["average_model"])
     agent.optimizer.load_state_dict(payload["optimizer"])
+    agent.optimizer.init_state()  # a checkpoint saved before the first update has none
     counters = payload["counters"]
     agent.nonfinite_updates = int(counters["nonfinite_updates"])
     tracker.episodes = int(counters["episodes"])
     tracker.recent_returns.extend(payload["recent_returns"])
     tracker.recent_lengths.extend(payload["recent_lengths"])
     restore_rng(payload["rng"], sampler)
-    return {name: counters[name] for name in ("timesteps", "iterations", "updates", "time_elapsed")}
+    return {name: counters[name] for name in ("timesteps", "iterations", "updates", "time_elapsed", "unlearned_segments")}
 
 
 def save_buffer(directory: Path, buffer, timesteps: int) -> None:

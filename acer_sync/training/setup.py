@@ -18,6 +18,7 @@ from acer_sync.nets.build import build_model, select_device
 from acer_sync.nets.distributions import distribution_for
 from acer_sync.nets.precision import slow_bf16_warning
 from acer_sync.replay.buffer import Field, ReplayBuffer, buffer_fields
+from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import Callback, CallbackList, run_callbacks
@@ -114,11 +115,15 @@ def build_trainer(
     env = VecEnv(
         info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads, timeout=config.env_timeout,
     )
-    runner = Runner(
-        env, model, device, config.nsteps, tracker, fields, timer, reward_scale=config.reward_scale,
-        precision=config.precision,
+    acting = ActingCopy(model) if config.pipeline == "overlap" else None
+    # Overlapped, the acting thread samples from a generator of its own (the learner keeps the global ones).
+    generator = torch.Generator(device).manual_seed(config.seed + counters.get("iterations", 0)) if acting else None
+    runner = Runner(  # overlapped, the collecting thread is not timed: the phase timer is the main thread's
+        env, acting.model if acting else model, device, config.nsteps, tracker, fields, None if acting else timer,
+        reward_scale=config.reward_scale, precision=config.precision, generator=generator,
     )
     runner.reset(seed=config.seed + counters.get("iterations", 0) * config.num_envs)
+    collector = BackgroundCollector(runner.run, info.env_id) if acting else None
 
     resume_step = counters["timesteps"] if resume is not None else None
     if builtin:
@@ -128,6 +133,7 @@ def build_trainer(
     if resume is not None:
         callback_list.load_state(resume["callbacks"])
     return Trainer(
-        config, info, Path(run_dir), Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer),
+        config, info, Path(run_dir),
+        Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer, acting, collector),
         callback_list, counters, on_close=lambda: torch.set_num_threads(threads_before),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 from acer_sync.base.errors import STOP_SIGNALLED
 from atari.envs import end_env_calls_within
@@ -26,6 +27,8 @@ class GracefulStop:
 
     def __init__(self):
         self.signal_name: str | None = None
+        #: When the stop came (``time.monotonic()``).
+        self.signal_time: float | None = None
         #: The name of a second signal, which raises KeyboardInterrupt wherever the run was.
         self.second_signal: str | None = None
         self._previous = {}
@@ -41,7 +44,11 @@ class GracefulStop:
         """Stop as after a first signal, for ``reason``: a driver's stop that no signal carries (a
         sweep's Ctrl-C reaching its trials). Any thread may call it."""
         if self.signal_name is None:
-            self.signal_name = reason
+            self.signal_name, self.signal_time = reason, time.monotonic()
+
+    def stopped(self) -> tuple[str, float] | None:
+        """The stop's name and when it came, or None."""
+        return None if self.signal_name is None else (self.signal_name, self.signal_time)
 
     @property
     def interrupted_twice(self) -> bool:
@@ -54,7 +61,7 @@ class GracefulStop:
             # zip writer raises a RuntimeError from its __exit__), so remember that it came.
             self.second_signal = name
             raise KeyboardInterrupt
-        self.signal_name = name
+        self.signal_name, self.signal_time = name, time.monotonic()
         STOP_SIGNALLED.set()  # from here on, the scripts' own handler exits at once (after train() returns, too)
         end_env_calls_within(STOP_GRACE_SECONDS, f"had not returned {STOP_GRACE_SECONDS:g} s after {name}")
 

@@ -23,17 +23,18 @@ from acer_sync.base.timing import PhaseTimer
 from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.networks import Network
 from acer_sync.replay.buffer import Batch, Field, ReplayBuffer, to_batch
+from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import CallbackFailed, CallbackList
 from acer_sync.training.progress import UpdateStats
-from acer_sync.training.signals import GracefulStop
+from acer_sync.training.signals import STOP_GRACE_SECONDS, GracefulStop
 from atari.envs import EnvInfo, VecEnv
 from atari.episodes import EpisodeTracker
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied
 
 #: Config fields that may differ between a run and its resume.
-RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision", "env_timeout", "compile")
+RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline")
 
 
 @dataclass
@@ -50,6 +51,9 @@ class Parts:
     tracker: EpisodeTracker
     sampler: np.random.Generator
     timer: PhaseTimer
+    #: ``--pipeline overlap``: the acting copy the Runner acts with, and the thread it collects in.
+    acting: ActingCopy | None = None
+    collector: BackgroundCollector | None = None
 
 
 class Trainer:
@@ -73,7 +77,12 @@ class Trainer:
         self.device, self.model, self.agent, self.fields = parts.device, parts.model, parts.agent, parts.fields
         self.buffer, self.env, self.runner, self.tracker = parts.buffer, parts.env, parts.runner, parts.tracker
         self.sampler, self.timer = parts.sampler, parts.timer
+        self.acting, self.collector = parts.acting, parts.collector
+        #: Overlapped: the buffer's newest segment awaits its on-policy update.
+        self.pending_update = False
         counters = counters or {}
+        #: Overlapped: segments that got no on-policy update (the newest one of each earlier session).
+        self.unlearned_segments = int(counters.get("unlearned_segments", 0))
         self.timesteps = int(counters.get("timesteps", 0))
         self.iterations = int(counters.get("iterations", 0))
         self.updates = int(counters.get("updates", 0))
@@ -87,9 +96,35 @@ class Trainer:
         self.checkpoint_step: int | None = self.timesteps if counters else None
         self.on_close = on_close
 
+    def iterate(self) -> None:
+        """One iteration. Serial: :meth:`collect`, then :meth:`learn` from that segment.
+
+        Overlapped (``--pipeline overlap``, :mod:`acer_sync.rollout.background`): learn from the
+        buffer's newest segment k while the envs collect k+1 in their thread with the acting copy,
+        then hand the new weights to the acting copy and store k+1. A session's first iteration
+        only collects (there is nothing to learn from yet); after a resume that is the segment
+        after the checkpoint's, whose newest stored segment keeps only its replays.
+        """
+        if self.collector is None:
+            self.collect()
+            self.learn()
+            return
+        if not self.pending_update:
+            self.collect()
+            self.acting.exchange()
+            self.pending_update = True
+            return
+        self.collector.start()
+        self.learn()
+        segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
+        self.acting.exchange()
+        self._store(segment)
+
     def collect(self) -> None:
         """Act for one segment of ``nsteps`` in every env and store it."""
-        segment = self.runner.run()
+        self._store(self.runner.run())
+
+    def _store(self, segment) -> None:
         with self.timer("buffer_put"):
             self.buffer.put(segment)
         self.lr = learning_rate(self.config.lr_schedule, self.config.lr, self.timesteps, self.config.total_timesteps)
@@ -154,8 +189,7 @@ class Trainer:
         try:
             stopper = self.callbacks.on_training_start(self)
             while stopper is None and self.timesteps < cfg.total_timesteps and stop.signal_name is None:
-                self.collect()
-                self.learn()
+                self.iterate()
                 stopper = self.callbacks.on_rollout_end(self)
                 if self.agent.nonfinite_streak >= cfg.max_nonfinite:
                     return self._end(self._outcome(

@@ -1,0 +1,112 @@
+"""Collection overlapped with learning (``--pipeline overlap``): the envs step in a thread of their
+own with an acting copy of the network, while the learner updates the online one.
+
+The acting copy holds the weights of the last finished update: the Runner collects segment k+1
+with them while the learner trains on segment k, so the behaviour policy lags the online one by
+at most one iteration. ACER stores μ with every step, and its importance weights correct for
+exactly that lag. What crosses between the two after each iteration (:meth:`ActingCopy.exchange`)
+is fixed: the parameters go to the acting copy, the buffers it updated while acting (the running
+observation normalizer's statistics) come back to the online network. The thread draws its
+actions from a generator of its own and the learner from the global ones, and the buffer takes
+segment k+1 only once the learner is done with k, so a seed gives the same run whichever thread
+finishes first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import torch
+
+from acer_sync.nets.networks import Network, network_from_spec
+from acer_sync.replay.buffer import Segment
+from atari.errors import EnvTimedOut
+
+
+class ActingCopy:
+    """A second network of the online one's spec, for acting while the online one learns."""
+
+    def __init__(self, online: Network):
+        self.online = online
+        device = next(online.parameters()).device
+        self.model = network_from_spec(online.spec()).to(device).requires_grad_(False)
+        self._online_params, self._acting_params = list(online.parameters()), list(self.model.parameters())
+        self._online_buffers, self._acting_buffers = list(online.buffers()), list(self.model.buffers())
+        self.start()
+
+    @torch.no_grad()
+    def start(self) -> None:
+        """Everything from the online network (a new run, or one just restored from a checkpoint)."""
+        torch._foreach_copy_(self._acting_params, self._online_params)
+        if self._acting_buffers:
+            torch._foreach_copy_(self._acting_buffers, self._online_buffers)
+
+    @torch.no_grad()
+    def exchange(self) -> None:
+        """After an update and a collection: the new weights to the acting copy, the statistics
+        acting gathered (the normalizer's) to the online network."""
+        torch._foreach_copy_(self._acting_params, self._online_params)
+        if self._acting_buffers:
+            torch._foreach_copy_(self._online_buffers, self._acting_buffers)
+
+
+class BackgroundCollector:
+    """Runs ``collect()`` (the Runner's ``run``) in a daemon thread; :meth:`wait` returns its segment
+    or raises what it raised.
+
+    An env call in the thread has no ``SIGALRM`` timer (only the main thread has one), so
+    :meth:`wait` keeps the time instead: a segment not back ``timeout`` seconds after the learner
+    began waiting, or ``grace`` seconds after a stop signal, is an :class:`EnvTimedOut`. A hung
+    thread is left behind (a daemon: it cannot keep the process from exiting).
+    """
+
+    def __init__(self, collect: Callable[[], Segment], env_id: str):
+        self.collect = collect
+        self.env_id = env_id
+        self._thread: threading.Thread | None = None
+        self._result: Segment | None = None
+        self._error: BaseException | None = None
+
+    def _target(self) -> None:
+        try:
+            self._result = self.collect()
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread, which raises it
+            self._error = error
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("a collection is already running")
+        self._result, self._error = None, None
+        self._thread = threading.Thread(target=self._target, name="acer-collect", daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def wait(self, timeout: float, stopped: Callable[[], tuple[str, float] | None], grace: float) -> Segment:
+        """The segment, once the thread is done.
+
+        :param timeout: seconds to wait (0: no limit; ``--env-timeout``).
+        :param stopped: the stop signal's name and when it came (``time.monotonic()``), or None.
+        :param grace: seconds a collection may go on after a stop signal.
+        """
+        thread = self._thread
+        if thread is None:
+            raise RuntimeError("no collection was started")
+        started = time.monotonic()
+        while thread.is_alive():
+            thread.join(0.05)
+            if not thread.is_alive():
+                break
+            now, signal = time.monotonic(), stopped()
+            if signal is not None and now - signal[1] > grace:
+                raise EnvTimedOut(f"{self.env_id}'s step had not returned {grace:g} s after {signal[0]}")
+            if timeout > 0 and now - started > timeout:
+                raise EnvTimedOut(f"{self.env_id}'s step did not return within --env-timeout {timeout:g} s")
+        self._thread = None
+        if self._error is not None:
+            raise self._error
+        return self._result

@@ -1,0 +1,143 @@
+"""``--pipeline overlap`` (issue 35): the learner trains on segment k while the envs collect k+1 in
+a thread, with the weights of the last finished update; deterministic for a seed, and signals,
+checkpoints, resume, evaluation and env faults behave as in serial mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import faulty_envs
+import numpy as np
+import pytest
+import torch
+
+from acer_sync.base.config import build_config
+from acer_sync.rollout.background import ActingCopy, BackgroundCollector
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
+from atari.envs import env_info
+from atari.errors import EnvFailed, EnvTimedOut
+from helpers import ROOT, gaussian_net, read_progress
+
+FAULTY = f"faulty_envs:{faulty_envs.ENV_ID}"
+
+
+def overlap_run(run_dir, seed=0, **settings):
+    config = build_config(False, {**dict(
+        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=600, buffer_size=100,
+        replay_start=20, eval_every=0, log_interval=1, threads=1, seed=seed, hidden="16", pipeline="overlap"), **settings,
+    })
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    trainer = build_trainer(config, env_info("CartPole-v1"), run_dir, on_progress=rows.append)
+    assert trainer.train().finished
+    return trainer, rows
+
+
+def test_overlap_is_the_same_run_for_a_seed_and_acts_one_update_behind(tmp_path):
+    first, first_rows = overlap_run(tmp_path / "a")
+    second, second_rows = overlap_run(tmp_path / "b")
+    timing = ("fps", "time_elapsed", "rss_mb", "eval_seconds")
+
+    def values(rows):
+        return np.array([[value for key, value in row.items() if key not in timing] for row in rows], dtype=float)
+
+    assert len(first_rows) == len(second_rows) == 60
+    assert np.array_equal(values(first_rows), values(second_rows), equal_nan=True)
+    for a, b in zip(first.model.parameters(), second.model.parameters()):
+        assert torch.equal(a, b)
+    # 60 segments collected; the first of the session had nothing to learn from before it.
+    assert first.iterations == 60 and first_rows[-1]["updates"] > 0
+    assert first.runner.actor.model is first.acting.model is not first.model
+    for acting, online in zip(first.acting.model.parameters(), first.model.parameters()):
+        assert torch.equal(acting, online)  # handed over after the last update
+    serial, _ = overlap_run(tmp_path / "c", pipeline="serial")
+    assert serial.acting is None and serial.runner.actor.model is serial.model
+    assert not all(torch.equal(a, b) for a, b in zip(first.model.parameters(), serial.model.parameters()))
+
+
+def test_the_acting_copy_takes_the_weights_and_gives_back_the_normalizers_statistics():
+    online = gaussian_net((1, 3), 1, (8,), [0.5], normalize_obs=True)
+    acting = ActingCopy(online)
+    with torch.no_grad():
+        next(online.parameters()).add_(1.0)
+    acting.model.normalizer.update(torch.randn(16, 1, 3) * 5)
+    acting.exchange()
+    for a, b in zip(acting.model.parameters(), online.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(acting.model.buffers(), online.buffers()):
+        assert torch.equal(a, b)
+    assert online.normalizer.count.item() > 1
+
+
+def test_a_collection_that_hangs_is_given_up_at_the_timeout_or_after_a_stop():
+    release = threading.Event()
+    collector = BackgroundCollector(lambda: release.wait(30), "Hangs-v0")
+    collector.start()
+    started = time.monotonic()
+    with pytest.raises(EnvTimedOut, match=r"^Hangs-v0's step did not return within --env-timeout 0.3 s$"):
+        collector.wait(0.3, lambda: None, 10.0)
+    assert time.monotonic() - started < 5
+    with pytest.raises(EnvTimedOut, match=r"^Hangs-v0's step had not returned 10 s after SIGTERM$"):
+        collector.wait(0, lambda: ("SIGTERM", time.monotonic() - 11), 10.0)
+    release.set()
+
+    def fails():
+        raise EnvFailed("Breaks-v0 raised RuntimeError in step: no")
+
+    failing = BackgroundCollector(fails, "Breaks-v0")
+    failing.start()
+    with pytest.raises(EnvFailed, match="^Breaks-v0 raised RuntimeError in step: no$"):
+        failing.wait(0, lambda: None, 10.0)
+
+
+def run_train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args, "--no-progress"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+
+
+@pytest.mark.parametrize("fault, code, message", [
+    ("raise", 3, f"{FAULTY} raised RuntimeError in step: sensor cable unplugged"),
+    ("hang", 6, f"{FAULTY}'s step did not return within --env-timeout 1 s"),
+])
+def test_an_env_fault_in_the_collecting_thread_stops_as_in_serial_mode(tmp_path, fault, code, message):
+    run_dir = tmp_path / "run"
+    result = run_train("--env", FAULTY, "--env-kwargs", f"fault={fault}", "at_step=130", "--vec-env", "sync",
+                       "--num-envs", "2", "--total-timesteps", "100000", "--eval-every", "0", "--env-timeout", "1",
+                       "--pipeline", "overlap", "--run-dir", str(run_dir), timeout=60)
+    assert result.returncode == code, result.stderr
+    # Each env's step 130 falls in the 7th segment, collected while the 6th was learned from.
+    assert result.stderr.strip() == f"train.py: error: {message}; saved a checkpoint at step 240"
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
+
+
+def test_sigint_saves_exits_130_and_the_run_resumes_overlapped_with_evaluations(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "2",
+         "--total-timesteps", "10000000", "--eval-every", "400", "--eval-episodes", "2", "--log-interval", "1",
+         "--pipeline", "overlap", "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((run_dir / "progress.csv").exists() and any(
+                int(row["eval_episodes"]) > 0 for row in read_progress(run_dir))):
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and "SIGINT received" in stdout and "Traceback" not in stderr, stderr
+    saved = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert saved >= 400
+    resumed = run_train("--resume", str(run_dir), "--total-timesteps", str(saved + 160))
+    assert resumed.returncode == 0 and f"resuming at step {saved}" in resumed.stdout, resumed.stderr
+    rows = read_progress(run_dir)
+    assert int(rows[-1]["total_timesteps"]) == saved + 160
+    assert np.isfinite([float(row["eval_mean"]) for row in rows if int(row["eval_episodes"]) > 0]).all()
