@@ -142,7 +142,13 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
     iteration it drew (1 + replay_ratio on average; a short window's draws move the figure)."""
     cfg, info = trainer.config, trainer.info
     actor, fields = trainer.runner.actor, trainer.fields
-    parts.map_parts(lambda stacked: fill_random(rng, stacked), actor.observation)
+    def randomize(stacked):  # the numpy stack, or the device stack's tensors (on CUDA)
+        if isinstance(stacked, torch.Tensor):
+            stacked.copy_(torch.from_numpy(fill_random(rng, np.zeros(tuple(stacked.shape), str(stacked.dtype)[6:]))))
+        else:
+            fill_random(rng, stacked)
+
+    parts.map_parts(randomize, actor.observation)
 
     def iteration():
         for _ in range(cfg.nsteps):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from acer_sync.nets.distributions import Categorical
-from acer_sync.replay.buffer import ReplayBuffer, Segment, buffer_fields, rebuild_stacks, to_batch
+from acer_sync.replay.buffer import ReplayBuffer, Segment, buffer_fields, empty_segment, rebuild_stacks, to_batch
 from atari.stacking import FrameStacker
 
 N, T, STACK, A = 3, 5, 4, 2
@@ -192,3 +192,31 @@ def test_a_saved_buffer_missing_a_field_it_always_had_is_refused_in_one_message(
     state = {name: array for name, array in buffer.state().items() if name != "mu"}
     with pytest.raises(ValueError, match="has no mu"):
         make_buffer(2).load_state(state)
+
+
+def test_a_buffer_of_tensors_gathers_what_the_numpy_one_does_on_fixed_indices(tmp_path):
+    # --replay-device cuda keeps the arrays as tensors on the GPU; the same code path runs here on
+    # the CPU (tensors=True) against the numpy buffer, for frames, parts of a frame and an LSTM state.
+    fields = buffer_fields((1,), np.dtype(np.float32), Categorical(A), {"h": (3,), "c": (3,)})
+    numpy_buffer = ReplayBuffer(fields, N, T, 4 * T, STACK)
+    tensor_buffer = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=True)
+    assert isinstance(tensor_buffer.arrays["frames"], torch.Tensor) and tensor_buffer.nbytes == numpy_buffer.nbytes
+    rng = np.random.default_rng(0)
+    for _ in range(6):  # wraps around the ring of 4 segments
+        segment = empty_segment(fields, T, N)
+        for array in (*segment[:-1], *segment.state):
+            array[...] = rng.integers(0, 5, array.shape).astype(array.dtype)
+        numpy_buffer.put(segment)
+        tensor_buffer.put(segment)
+    for index in (np.array([0, 3, 1]), np.array([2, 2, 2]), np.array([1, 0, 3])):
+        expected, got = numpy_buffer.gather(index), tensor_buffer.gather(index)
+        for name, value in zip(Segment._fields[:-1], expected[:-1]):
+            assert np.array_equal(getattr(got, name).numpy(), value), name
+        assert all(np.array_equal(g.numpy(), e) for g, e in zip(got.state, expected.state))
+        batch = to_batch(got, fields, STACK, torch.device("cpu"))
+        reference = to_batch(expected, fields, STACK, torch.device("cpu"))
+        assert all(torch.equal(a, b) for a, b in zip(batch[:-1], reference[:-1]))
+    np.savez(tmp_path / "buffer.npz", **tensor_buffer.state())
+    restored = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=True)
+    restored.load_state(np.load(tmp_path / "buffer.npz"))
+    assert all(torch.equal(restored.arrays[name], tensor_buffer.arrays[name]) for name in ("frames", "actions", "state_h"))

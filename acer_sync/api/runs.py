@@ -207,6 +207,9 @@ def check_config(config: Config, info: EnvInfo) -> None:
     if info.arch != "mlp" and config.normalize_obs:
         raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     network_arch(info, config)
+    if config.replay_device == "cuda" and select_device(config.device).type != "cuda":
+        raise UserError(f"--replay-device cuda keeps the replay buffer on the GPU the run trains on, and this run's "
+                        f"device is {select_device(config.device).type}")
     if config.compile == "graph" and select_device(config.device).type != "cuda":
         raise UserError(f"--compile graph runs the update as a CUDA graph, and this run's device is "
                         f"{select_device(config.device).type} (--compile update compiles it without the graph)")

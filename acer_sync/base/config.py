@@ -61,6 +61,10 @@ class Config:
         "graph, with no host read in it); graph (the update as a CUDA graph, CUDA only); may change on --resume",
         choices=COMPILE_MODES, metavar="MODE", const="network",
     )
+    replay_device: str = _f(
+        "auto", "where the replay buffer lives: auto (on the GPU the run trains on, where it takes at most half of its "
+        "free memory; else in host memory), cpu, or cuda; may change on --resume", choices=("auto", "cpu", "cuda"),
+    )
     pipeline: str = _f(
         "serial", "serial: collect a segment, then learn from it; overlap: learn from segment k while the envs "
         "collect k+1 in a thread, with the weights of the last finished update (μ is stored, so ACER's importance "

@@ -222,15 +222,26 @@ def rebuild_stacks(frames: torch.Tensor, firsts: torch.Tensor, stack: int) -> to
 class ReplayBuffer:
     """Ring buffer of segments; see the module docstring for the layout.
 
+    The arrays live in host memory as numpy arrays, or, with ``device`` a GPU (``--replay-device``),
+    as torch tensors there: a segment is uploaded once when it is stored, and replay gathers and
+    rebuilds its batches on the device, with no copy from the host. Either way :meth:`gather` on
+    the same indices gives the same values, and :meth:`state` gives numpy arrays.
+
     :param fields: what is stored (:func:`buffer_fields`); must include ``frames`` and ``firsts``.
     :param num_envs: N.
     :param nsteps: T, the segment length.
     :param size_per_env: capacity in steps per env; rounded down to whole segments.
     :param stack: frames per observation.
+    :param device: where the arrays live (the host: ``cpu``).
+    :param tensors: keep them as torch tensors even on the host (set for any other device; the
+        parity tests set it on the CPU).
     """
 
-    def __init__(self, fields: Iterable[Field], num_envs: int, nsteps: int, size_per_env: int, stack: int):
+    def __init__(self, fields: Iterable[Field], num_envs: int, nsteps: int, size_per_env: int, stack: int,
+                 device: torch.device | str = "cpu", tensors: bool = False):
         self.fields = tuple(fields)
+        self.device = torch.device(device)
+        self.tensors = tensors or self.device.type != "cpu"
         self.num_envs = num_envs
         self.nsteps = nsteps
         self.stack = stack
@@ -240,12 +251,23 @@ class ReplayBuffer:
         self.step_capacity = self.nsegments * nsteps
         self.frame_capacity = self.step_capacity + stack
         rows = self._rows()
-        self.arrays = {f.name: np.zeros((rows[f.per], num_envs, *f.shape), dtype=f.dtype) for f in self.fields}
+        self.arrays = {f.name: self._zeros((rows[f.per], num_envs, *f.shape), f.dtype) for f in self.fields}
         self.segment_start = np.zeros(self.nsegments, dtype=np.int64)  # global step of each segment
         self.steps_written = 0
         self.segments_stored = 0
         self._env_index = np.arange(num_envs)
         self._state_index = state_indices(self.fields)
+
+    def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
+        if not self.tensors:
+            return np.zeros(shape, dtype=dtype)
+        return torch.zeros(shape, dtype=torch.from_numpy(np.zeros((), dtype=dtype)).dtype, device=self.device)
+
+    def _index(self, index):
+        """An index for the arrays: as it is for numpy, a tensor on the device for tensors."""
+        if not self.tensors or isinstance(index, (int, slice, np.integer)):
+            return index
+        return torch.as_tensor(index, device=self.device)
 
     def _rows(self) -> dict[str, int]:
         return {FRAME: self.frame_capacity, STEP: self.step_capacity, SEGMENT: self.nsegments}
@@ -266,7 +288,7 @@ class ReplayBuffer:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
+        return sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in self.arrays.values())
 
     @property
     def num_steps_stored(self) -> int:
@@ -289,7 +311,10 @@ class ReplayBuffer:
             SEGMENT: index,
         }
         for f in self.fields:
-            self.arrays[f.name][slots[f.per]] = field_array(segment, f, self._state_index)
+            value = field_array(segment, f, self._state_index)
+            if self.tensors:
+                value = torch.from_numpy(np.ascontiguousarray(value)).to(self.device)
+            self.arrays[f.name][self._index(slots[f.per])] = value
         self.segment_start[index] = start
         self.steps_written += T
         self.segments_stored = min(self.segments_stored + 1, self.nsegments)
@@ -305,9 +330,11 @@ class ReplayBuffer:
             SEGMENT: segment_index,
         }
         env = {FRAME: self._env_index[None, :], STEP: self._env_index[None, :], SEGMENT: self._env_index}
+        slots = {per: self._index(index) for per, index in slots.items()}
+        env = {per: self._index(index) for per, index in env.items()}
         arrays = {f.name: self.arrays[f.name][slots[f.per], env[f.per]] for f in self.fields}
         # Global steps before 0 were never written; the first frame (a reset) masks them anyway.
-        arrays["firsts"][window == 0] = True
+        arrays["firsts"][self._index(window == 0)] = True
         return make_record(Sample, arrays, self.fields)
 
     def latest(self) -> Sample:
@@ -319,7 +346,7 @@ class ReplayBuffer:
 
     def state(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer, as plain arrays (for ``np.savez``), with its format."""
-        arrays = dict(self.arrays)
+        arrays = {name: a if isinstance(a, np.ndarray) else a.cpu().numpy() for name, a in self.arrays.items()}
         arrays["segment_start"] = self.segment_start
         arrays["counters"] = np.array([self.steps_written, self.segments_stored], dtype=np.int64)
         arrays["format"] = np.array(BUFFER_FORMAT, dtype=np.int64)
@@ -340,8 +367,9 @@ class ReplayBuffer:
         for name, target in targets.items():
             if name not in arrays:
                 raise ValueError(f"the saved buffer has no {name}")
-            if arrays[name].shape != target.shape or arrays[name].dtype != target.dtype:
-                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {target.shape} {target.dtype}")
+            expected = np.dtype(str(target.dtype).removeprefix("torch.")) if isinstance(target, torch.Tensor) else target.dtype
+            if tuple(arrays[name].shape) != tuple(target.shape) or arrays[name].dtype != expected:
+                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {tuple(target.shape)} {expected}")
         counters = np.asarray(arrays["counters"])
         if counters.shape != (2,):
             raise ValueError(f"counters is {counters.shape}, expected (2,)")
@@ -355,7 +383,10 @@ class ReplayBuffer:
                 f"of {self.nsegments} segments of {self.nsteps} steps"
             )
         for name, target in targets.items():
-            target[...] = arrays[name]
+            if isinstance(target, torch.Tensor):
+                target.copy_(torch.from_numpy(np.asarray(arrays[name])))
+            else:
+                target[...] = arrays[name]
         self.steps_written, self.segments_stored = steps_written, segments_stored
         if self.segments_stored:
             last_step = (self.steps_written - 1) % self.step_capacity
@@ -386,14 +417,20 @@ class ReplayBuffer:
 
 
 def to_batch(sample: Sample, fields: Iterable[Field], stack: int, device: torch.device) -> Batch:
-    """Move a buffer sample to ``device`` (frames stay uint8 in transit) and rebuild its stacks.
+    """Move a buffer sample to ``device`` (frames stay uint8 in transit; from the host through
+    pinned memory; nothing to move for a buffer on the device) and rebuild its stacks.
 
     Each field arrives as its ``device_dtype``; per-segment fields form ``state`` in table order.
     """
     non_blocking = device.type == "cuda"
 
     def move(array):
-        return torch.from_numpy(array).to(device, non_blocking=non_blocking)
+        if isinstance(array, torch.Tensor):  # a buffer on the device: already there
+            return array.to(device, non_blocking=non_blocking)
+        tensor = torch.from_numpy(array)
+        if non_blocking:  # a pinned copy, so that the upload does not wait for the host
+            tensor = tensor.pin_memory()
+        return tensor.to(device, non_blocking=non_blocking)
 
     fields = tuple(fields)
     index = state_indices(fields)

@@ -31,6 +31,46 @@ def choose_actions(
     return actions, stats, state
 
 
+class DeviceFrameStack:
+    """The frame stack on the network's device (CUDA): each step uploads only the newest frames
+    and the episode starts, through pinned host memory, and shifts and clears the stack there.
+    It holds exactly what :class:`atari.stacking.FrameStacker` holds (tested on the CPU)."""
+
+    def __init__(self, num_envs: int, stack: int, layout, device: torch.device):
+        self.stack, self.device = stack, device
+        self.pinned = device.type == "cuda"
+
+        def zeros(shape_dtype):
+            shape, dtype = shape_dtype
+            return torch.zeros((num_envs, stack, *shape), dtype=torch.from_numpy(np.zeros((), dtype)).dtype, device=device)
+
+        self.stacked = {key: zeros(part) for key, part in layout.items()} if isinstance(layout, dict) else zeros(layout)
+
+    def upload(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        if self.pinned:
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=self.pinned)
+
+    def reset(self, frames) -> None:
+        def start(stacked: torch.Tensor, new: np.ndarray) -> torch.Tensor:
+            return torch.cat([torch.zeros_like(stacked[:, 1:]), self.upload(new).unsqueeze(1)], dim=1)
+
+        self.stacked = parts.map_parts(start, self.stacked, frames)
+
+    def push(self, frames, episode_start: np.ndarray) -> None:
+        starts = self.upload(np.asarray(episode_start, dtype=bool))
+
+        def shift(stacked: torch.Tensor, new: np.ndarray) -> torch.Tensor:
+            older = stacked[:, 1:]
+            if self.stack > 1:
+                cleared = starts.reshape(-1, *([1] * (older.dim() - 1)))
+                older = torch.where(cleared, torch.zeros((), dtype=older.dtype, device=older.device), older)
+            return torch.cat([older, self.upload(new).unsqueeze(1)], dim=1)
+
+        self.stacked = parts.map_parts(shift, self.stacked, frames)
+
+
 class Actor:
     """Chooses the actions of N envs and keeps what acting carries from step to step.
 
@@ -54,11 +94,15 @@ class Actor:
         one, with each observation before acting on it (training does; evaluation does not).
     :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`); the
         statistics μ it returns are float32 either way.
+    :param device_stack: keep the frame stack on ``device`` (:class:`DeviceFrameStack`) and bring
+        the actions and μ back in one pinned copy a step; None: on CUDA. On the CPU the numpy
+        stack is the network's input as it is, with no copy at all.
     """
 
     def __init__(
         self, model: Network, info: EnvInfo, num_envs: int, device: torch.device, greedy: bool = False,
         generator: torch.Generator | None = None, update_normalizer: bool = False, precision: str = "fp32",
+        device_stack: bool | None = None,
     ):
         self.model = model
         self.net = NetworkPasses(model, precision, device)
@@ -67,7 +111,11 @@ class Actor:
         self.greedy = greedy
         self.generator = generator
         self.normalizer = getattr(model, "normalizer", None) if update_normalizer else None
-        self.stacker = FrameStacker(num_envs, info.stack, info.frame_layout)
+        self.device_stack = device.type == "cuda" if device_stack is None else device_stack
+        if self.device_stack:
+            self.stacker = DeviceFrameStack(num_envs, info.stack, info.frame_layout, device)
+        else:
+            self.stacker = FrameStacker(num_envs, info.stack, info.frame_layout)
         self.life_loss_actions = LifeLossActions(num_envs, info.life_loss_actions)
         self.num_envs = num_envs
         self.state: State = model.initial_state(num_envs)
@@ -92,17 +140,36 @@ class Actor:
         Advances the recurrent state through the current observations.
         """
         dist = self.distribution
-        obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
+        if self.device_stack:
+            obs, first = self.stacker.stacked, self.stacker.upload(self.first)
+        else:
+            obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
+            first = torch.from_numpy(self.first).to(self.device)
         if self.normalizer is not None:
             self.normalizer.update(obs)
-        first = torch.from_numpy(self.first).to(self.device)
         actions, stats, self.state = choose_actions(self.net, dist, obs, self.state, first, self.greedy, self.generator)
-        actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
+        if self.device_stack:
+            actions, stats = self._to_host(actions, stats.float())
+        else:
+            actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
         forced_envs, forced_actions = self.life_loss_actions.forced()
         if len(forced_envs):
             actions[forced_envs] = forced_actions
             stats[forced_envs] = dist.forced_stats(forced_actions)
         return actions, stats
+
+    def _to_host(self, actions: torch.Tensor, stats: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Actions and μ in one copy to the host (pinned on CUDA): the actions travel as float32,
+        exact for indices below 2**24."""
+        width = actions[0].numel()
+        packed = torch.cat([actions.reshape(len(actions), -1).float(), stats], dim=1)
+        host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
+        host.copy_(packed, non_blocking=packed.is_cuda)
+        if packed.is_cuda:
+            torch.cuda.current_stream(packed.device).synchronize()
+        values = host.numpy()
+        action_values = values[:, :width].reshape(actions.shape)
+        return action_values.astype(self.distribution.action_dtype), values[:, width:].copy()
 
     @torch.inference_mode()
     def final_values(self, final_frames, cut: np.ndarray) -> np.ndarray:
@@ -115,7 +182,10 @@ class Actor:
         values = np.zeros(self.num_envs, dtype=np.float32)
         envs = np.flatnonzero(cut)
         if len(envs):
-            def final_stack(stacked: np.ndarray, final: np.ndarray) -> torch.Tensor:
+            def final_stack(stacked, final: np.ndarray) -> torch.Tensor:
+                if self.device_stack:
+                    index = torch.from_numpy(envs).to(self.device)
+                    return torch.cat([stacked[index, 1:], self.stacker.upload(final[envs]).unsqueeze(1)], dim=1)
                 return torch.from_numpy(np.concatenate([stacked[envs, 1:], final[envs, None]], axis=1)).to(self.device)
 
             final = parts.map_parts(final_stack, self.stacker.stacked, final_frames)

@@ -40,9 +40,32 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def check_buffer_fits(config: Config, info: EnvInfo, fields: tuple[Field, ...]) -> int:
-    """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit."""
+#: The share of a GPU's free memory the replay buffer may take under ``--replay-device auto`` (the
+#: networks, their activations and the update's temporaries need the rest).
+GPU_BUFFER_SHARE = 0.5
+
+
+def replay_device(config: Config, device: torch.device, needed: int) -> torch.device:
+    """Where the replay buffer lives (``--replay-device``): on the GPU the run trains on where
+    ``auto`` finds room for it there (:data:`GPU_BUFFER_SHARE` of its free memory) or ``cuda`` asks
+    for it, else in host memory. A UserError where ``cuda`` was asked for and it does not fit."""
+    if config.replay_device == "cpu" or device.type != "cuda":
+        return torch.device("cpu")
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed <= GPU_BUFFER_SHARE * free:
+        return device
+    if config.replay_device == "cuda":
+        raise UserError(f"--replay-device cuda: the replay buffer needs {needed / 1e9:.2f} GB and the GPU has "
+                        f"{free / 1e9:.2f} GB free; lower --buffer-size or use --replay-device auto")
+    return torch.device("cpu")
+
+
+def check_buffer_fits(config: Config, info: EnvInfo, fields: tuple[Field, ...], on_host: bool = True) -> int:
+    """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit in host
+    memory (where it lives there)."""
     needed = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+    if not on_host:
+        return needed
     available = available_memory_bytes()
     if available is not None and needed > 0.9 * available:
         raise UserError(
@@ -91,7 +114,9 @@ def build_trainer(
     model = build_model(info, config).to(device)
     fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                            frame_parts=info.frame_layout if info.frame_parts else None)
-    buffer_bytes = check_buffer_fits(config, info, fields)
+    needed = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+    storage = replay_device(config, device, needed)
+    buffer_bytes = check_buffer_fits(config, info, fields, on_host=storage.type == "cpu")
     if config.compile == "network":
         model.compile()  # in place: the state_dict keys stay the same
     agent = ACER(model, config, timer)
@@ -102,10 +127,11 @@ def build_trainer(
     steps_per_iteration = config.num_envs * config.nsteps
     counters = restore(resume, model, agent, tracker, sampler, steps_per_iteration) if resume is not None else {}
 
-    buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+    buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack, device=storage)
     per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
+    where = " on the GPU" if storage.type == "cuda" else ""
     log.info(
-        f"replay buffer: {config.num_envs} envs x {buffer.step_capacity} steps = "
+        f"replay buffer{where}: {config.num_envs} envs x {buffer.step_capacity} steps = "
         f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
     )
     if resume is not None:

@@ -34,7 +34,9 @@ from atari.episodes import EpisodeTracker
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied
 
 #: Config fields that may differ between a run and its resume.
-RESUMABLE_CHANGES = ("total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline")
+RESUMABLE_CHANGES = (
+    "total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline", "replay_device",
+)
 
 
 @dataclass
