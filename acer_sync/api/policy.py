@@ -105,11 +105,13 @@ class Policy:
         batch, single = self._frames(observation)
         n = len(parts.parts_of(batch)[0])
 
-        def to_tensor(frames: np.ndarray) -> torch.Tensor:
-            return torch.as_tensor(np.ascontiguousarray(frames).reshape(n, self.model.obs_shape[0], *frames.shape[1:]),
-                                   device=self.device)
+        def to_tensor(frames: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
+            return torch.as_tensor(np.ascontiguousarray(frames).reshape(n, *shape), device=self.device)
 
-        obs_tensor = parts.map_parts(to_tensor, batch)
+        if isinstance(batch, dict):  # parts are never stacked: (stack of 1, *part)
+            obs_tensor = {key: to_tensor(part, (1, *part.shape[1:])) for key, part in batch.items()}
+        else:
+            obs_tensor = to_tensor(batch, self.model.obs_shape)
         first = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
         if len(first) != n:
             raise UserError(f"episode_start has {len(first)} entries for {n} observations")
