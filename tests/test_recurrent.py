@@ -1,5 +1,7 @@
 """Recurrent ACER: the LSTM replays exactly as it acted, from the state stored with each segment."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -229,3 +231,19 @@ def test_an_lstm_solves_a_memory_task_that_a_feed_forward_policy_cannot(tmp_path
     lstm, mlp = cue_recall_returns("lstm", tmp_path), cue_recall_returns("mlp", tmp_path)
     assert lstm[-1] >= 0.95, lstm
     assert mlp[-1] <= 0.65, mlp
+
+
+def test_the_classic_preset_with_memory_takes_the_recurrent_settings_unless_told_otherwise():
+    plain, lstm = build_config(False, {}), build_config(False, {"network": "lstm"})
+    assert (plain.nsteps, plain.replay_ratio, plain.lr) == (20, 4.0, 1e-3)
+    assert (lstm.nsteps, lstm.replay_ratio, lstm.lr) == (10, 8.0, 2e-3)
+    assert dataclasses.replace(lstm, network="auto", nsteps=20, replay_ratio=4.0, lr=1e-3) == plain  # nothing else
+    assert build_config(False, {}, env_settings={"network": "lstm"}).nsteps == 10  # an env file's network counts
+    # An env file, then the user's settings, still come after it.
+    env_file = build_config(False, {"network": "lstm"}, env_settings={"lr": 5e-3, "nsteps": 5})
+    assert (env_file.nsteps, env_file.replay_ratio, env_file.lr) == (5, 8.0, 5e-3)
+    assert build_config(False, {"network": "lstm", "lr": 1e-4}, env_settings={"lr": 5e-3}).lr == 1e-4
+    # Atari's cnn_lstm and the continuous preset keep theirs.
+    assert build_config(True, {"network": "cnn_lstm"}) == dataclasses.replace(build_config(True, {}), network="cnn_lstm")
+    continuous = build_config(False, {}, continuous=True)
+    assert build_config(False, {"network": "lstm"}, continuous=True) == dataclasses.replace(continuous, network="lstm")

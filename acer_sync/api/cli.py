@@ -7,7 +7,7 @@ import math
 
 import yaml
 
-from acer_sync.base.config import PRESETS, fields
+from acer_sync.base.config import PRESETS, RECURRENT_CLASSIC, fields
 from acer_sync.base.config_file import check_env_kwargs
 from acer_sync.base.errors import UserError
 
@@ -73,6 +73,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             shown += f"; Atari preset: {atari[f.name]}"
         if f.name in classic:
             shown += f"; classic-control preset: {classic[f.name]}"
+        if f.name in RECURRENT_CLASSIC:
+            shown += f"; classic-control preset with --network lstm: {RECURRENT_CLASSIC[f.name]}"
         if f.name in continuous:
             shown += f"; continuous preset: {continuous[f.name]}"
         kwargs = dict(default=None, help=f"{help_text} ({shown})")
