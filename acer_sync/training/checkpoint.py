@@ -143,7 +143,8 @@ def migrate(payload: dict) -> dict:
         payload["optimizer"] = _optimizer_in_order(payload["optimizer"], list(payload["model"]), payload["model_spec"])
         payload["format"] = 3
     # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was.
-    payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
+    if isinstance(payload.get("counters"), dict):
+        payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
     return payload
 
 
