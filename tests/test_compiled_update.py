@@ -118,3 +118,29 @@ def test_cuda_update_is_sync_free_and_agrees_with_the_cpus(mode):
         on_cpu.update(batch, 1e-2)
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-3, atol=1e-4)
+
+
+def test_a_compile_that_fails_falls_back_to_the_eager_update_with_one_warning(monkeypatch, caplog):
+    # A graph Dynamo cannot capture, a user's torso, or a code-generation bug (Inductor's for bf16 on
+    # some CPUs): the run goes on with the eager update, saying so once.
+    def failing_compile(function, **kwargs):
+        def compiled(*args):
+            raise torch._dynamo.exc.TorchDynamoException("backend failed to compile\nsecond line")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    make_model, gaussian = CASES["categorical-mlp"]
+    torch.manual_seed(0)
+    model = make_model()
+    twin = copy.deepcopy(model)
+    agent, eager = ACER(model, config_for(gaussian, compile="update")), ACER(twin, config_for(gaussian))
+    with caplog.at_level("WARNING", logger="acer_sync"):
+        for seed in range(2):
+            batch = make_batch(gaussian, (), seed)
+            agent.update(batch, 1e-2)
+            eager.update(batch, 1e-2)
+    warnings = [record.getMessage() for record in caplog.records if "torch.compile failed" in record.getMessage()]
+    assert warnings == ["warning: --compile update: torch.compile failed (TorchDynamoException: backend failed to compile); "
+                        "the update runs eagerly"]
+    assert not agent.compiled
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import traceback
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from acer_sync.base.config import Config
+from acer_sync.base.log import log
 from acer_sync.base.timing import PhaseTimer
 from acer_sync.math import losses
 from acer_sync.math.optim import RMSpropTF
@@ -39,6 +41,27 @@ def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.
 
 #: The ``config.compile`` modes that compile the whole update (:meth:`ACER.update`).
 COMPILED_UPDATES = ("update", "graph")
+
+
+def release_frames(error: BaseException | None) -> None:
+    """Drop the frames that ``error`` and the errors behind it hold: torch keeps a failed
+    compile's error, and its frames would keep the run's envs alive to the end of the process."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
+
+
+def is_compile_error(error: BaseException) -> bool:
+    """Whether ``error`` is what a failed ``torch.compile`` raises, before the compiled function
+    has run (imported here: ``torch._inductor`` costs a second to import, and only a compiled run
+    has it loaded)."""
+    import torch._dynamo.exc
+    import torch._inductor.exc
+
+    return isinstance(error, (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError))
 
 #: The statistics :meth:`ACER.update` returns, in the order progress.csv lists them.
 UPDATE_STATS = (
@@ -211,8 +234,20 @@ class ACER:
         self.lr.fill_(lr)
         if not self.compiled:
             return self._update_eager(batch, lr)
-        with torch._dynamo.config.patch(trace_autograd_ops=True):  # autograd.grad and backward in the graph
-            return self._update(batch, lr)
+        try:
+            with torch._dynamo.config.patch(trace_autograd_ops=True):  # autograd.grad and backward in the graph
+                return self._update(batch, lr)
+        except Exception as error:
+            if not is_compile_error(error):
+                raise
+            # torch.compile fails before the update runs (a graph it cannot capture, a user's torso,
+            # or a code-generation bug such as Inductor's for bf16 on some CPUs): run it eagerly.
+            first_line = next(iter(str(error).strip().splitlines()), "")[:160]
+            log.warning(f"warning: --compile {self.config.compile}: torch.compile failed ({type(error).__name__}: "
+                        f"{first_line}); the update runs eagerly")
+            self.compiled, self._update = False, self._update_eager
+            release_frames(error)
+            return self._update_eager(batch, lr)
 
     def _update_eager(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
         cfg, dist = self.config, self.distribution
