@@ -172,3 +172,21 @@ def test_the_cue_switch_task_needs_both_parts():
         both += (side ^ switch) == answer
         obs, *_ = env.step(answer)
     assert both == 400 and 150 < image_only < 250 and 150 < switch_only < 250
+
+
+def test_every_vector_kind_beside_an_image_becomes_a_float_part_one_hot_where_discrete():
+    from atari.envs import part_frames
+
+    space = gym.spaces.Dict({
+        "camera": gym.spaces.Box(0, 255, (40, 40), np.uint8), "gear": gym.spaces.MultiDiscrete([3, 2]),
+        "contacts": gym.spaces.MultiBinary(4), "speed": gym.spaces.Box(-1, 1, (2,), np.float64),
+    })
+    frames_space, to_frames = part_frames(space, "Robot-v0")
+    assert {key: (box.shape, box.dtype) for key, box in frames_space.spaces.items()} == {
+        "camera": ((40, 40), np.uint8), "gear": ((5,), np.float32), "contacts": ((4,), np.float32), "speed": ((2,), np.float32),
+    }
+    frames = to_frames({"camera": np.full((40, 40), 7, np.uint8), "gear": np.array([2, 0]),
+                        "contacts": np.array([1, 0, 0, 1], np.int8), "speed": np.array([0.5, -0.25])})
+    assert frames["camera"].dtype == np.uint8 and frames["camera"][0, 0] == 7
+    assert frames["gear"].tolist() == [0, 0, 1, 1, 0] and frames["contacts"].tolist() == [1, 0, 0, 1]
+    assert frames["speed"].dtype == np.float32 and frames["speed"].tolist() == [0.5, -0.25]
