@@ -27,8 +27,11 @@ import json
 import math
 import os
 import resource
+import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -206,7 +209,46 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     return calls * N * T / elapsed
 
 
-def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, dict[str, float]]:
+class GpuBusy:
+    """The GPU's busy fraction over a window: ``nvidia-smi``'s ``utilization.gpu`` (the share of
+    each sample period in which a kernel ran), sampled every ``period`` seconds in a thread.
+    :attr:`fraction` is None where there is no CUDA device or no ``nvidia-smi``."""
+
+    def __init__(self, device: torch.device, period: float = 0.5, command: str = "nvidia-smi"):
+        self.command = shutil.which(command) if device.type == "cuda" else None
+        self.index = device.index or 0
+        self.period = period
+        self.samples: list[float] = []
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.period):
+            try:
+                out = subprocess.run([self.command, "-i", str(self.index), "--query-gpu=utilization.gpu",
+                                      "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
+                self.samples.append(float(out.stdout.strip().splitlines()[0]) / 100.0)
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                return
+
+    def __enter__(self):
+        if self.command:
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        return False
+
+    @property
+    def fraction(self) -> float | None:
+        return round(sum(self.samples) / len(self.samples), 3) if self.samples else None
+
+
+def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, dict[str, float], float | None]:
     """The Trainer's own iteration (:meth:`~acer_sync.training.trainer.Trainer.iterate`: collect then
     learn, or both at once with ``--pipeline overlap``): half of ``seconds`` with the phase timer off
     (the headline figure: on CUDA the timer synchronizes the device at every phase), then half with
@@ -230,12 +272,13 @@ def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, di
 
     for _ in range(2):
         iteration()
-    untimed_sps, _ = window(timed=False)
+    with GpuBusy(trainer.device) as busy:
+        untimed_sps, _ = window(timed=False)
     timed_sps, elapsed = window(timed=True)
     phases = {phase: trainer.timer.seconds.get(phase, 0.0) for phase in PHASES}
     phases["other"] = elapsed - sum(v for k, v in phases.items() if k != "average_update")  # nested in updates
     phases["total"] = elapsed
-    return untimed_sps, timed_sps, phases
+    return untimed_sps, timed_sps, phases, busy.fraction
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps, learner_updates = bench_learner(trainer, quarter, rng)
         raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
-        steps_sps, timed_sps, phases = bench_end_to_end(trainer, quarter)
+        steps_sps, timed_sps, phases, gpu_busy = bench_end_to_end(trainer, quarter)
         trainer.close()
 
     default_bytes = ReplayBuffer.bytes_needed(trainer.fields, config.num_envs, config.nsteps, 50_000, info.stack)
@@ -278,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         "replay_ratio": config.replay_ratio,
         "steps_per_sec": round(steps_sps, 1),
         "steps_per_sec_timed": round(timed_sps, 1),
+        "gpu_busy_fraction": gpu_busy,
         "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
         "env_steps_per_sec": round(env_sps, 1),
         "env_steps_per_sec_in_loop": round(timed_sps * phases["total"] / phases["env"], 1) if phases["env"] else None,

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -12,6 +13,7 @@ KEYS = {
     "steps_per_sec", "steps_per_sec_timed", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
     "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
     "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
+    "gpu_busy_fraction", "pipeline", "compile",
 }
 PHASES = {"env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -30,6 +32,27 @@ def test_bench_prints_json_with_every_key(env, network, arch):
     assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0
     if env == "PongNoFrameskip-v4":
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
+    assert figures["gpu_busy_fraction"] is None  # no CUDA here
+
+
+def test_the_gpu_busy_fraction_averages_nvidia_smis_utilization(tmp_path):
+    # bench.GpuBusy samples `nvidia-smi --query-gpu=utilization.gpu`; a stand-in prints 30 then 50.
+    import torch
+
+    import bench
+
+    smi = tmp_path / "nvidia-smi"
+    count = tmp_path / "count"
+    smi.write_text(f"#!/bin/sh\nn=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}\n"
+                   "if [ $n -eq 0 ]; then echo 30; else echo 50; fi\n")
+    smi.chmod(0o755)
+    busy = bench.GpuBusy(torch.device("cuda", 0), period=0.05, command=str(smi))
+    with busy:
+        deadline = time.monotonic() + 30
+        while len(busy.samples) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert busy.samples[:3] == [0.3, 0.5, 0.5] and 0.3 < busy.fraction <= 0.5
+    assert bench.GpuBusy(torch.device("cpu")).fraction is None
 
 
 def test_bench_rejects_bad_seconds():
