@@ -421,22 +421,50 @@ def _subproc_worker(*worker_args) -> None:
 
 #: The VecEnv whose step or reset is running now (in the main thread), for :func:`end_env_calls_within`.
 _CALLING: list = []
-#: The SIGALRM handler before the first open VecEnv put in :func:`_on_alarm`, and how many are open.
-_ALARM = {"previous": None, "open": 0}
+#: The SIGALRM and SIGCONT handlers before the first open VecEnv put in :func:`_on_alarm` and
+#: :func:`_on_continue`, and how many are open.
+_ALARM = {"previous": None, "previous_continue": None, "open": 0}
+#: SIGCONTs received: each ends a stop of the process (Ctrl-Z then ``fg``, ``kill -STOP`` then ``-CONT``).
+_CONTINUES = [0]
+#: Seconds a SIGALRM waits before it ends an env call: the SIGCONT that ends a stop during which
+#: the timeout ran out is handled just after that SIGALRM, and a stop is not the env's time.
+CONFIRM_SECONDS = 1.0
 
 
 def _on_alarm(signum, frame) -> None:
-    """SIGALRM: the env call running now (if any) has run out of time."""
-    if _CALLING:
-        _CALLING[-1].expire()
+    """SIGALRM: the env call running now (if any) has run out of time, unless the process was
+    stopped during it: then its time starts again. Confirmed :data:`CONFIRM_SECONDS` later, so
+    that a SIGCONT pending beside this SIGALRM is counted first."""
+    if not _CALLING:
+        return
+    call = _CALLING[-1]
+    if call.continues_seen != _CONTINUES[0]:
+        call.continues_seen, call.confirming = _CONTINUES[0], False
+        signal.setitimer(signal.ITIMER_REAL, call.armed_seconds)
+        return
+    if not call.confirming:
+        call.confirming = True
+        signal.setitimer(signal.ITIMER_REAL, CONFIRM_SECONDS)
+        return
+    call.expire()
+
+
+def _on_continue(signum, frame) -> None:
+    """SIGCONT: the process ran again after a stop (its default action, continuing, happens anyway)."""
+    _CONTINUES[0] += 1
+    previous = _ALARM["previous_continue"]
+    if callable(previous):
+        previous(signum, frame)
 
 
 def _hold_alarm() -> bool:
-    """Install :func:`_on_alarm` while any VecEnv is open (main thread only); False elsewhere."""
+    """Install :func:`_on_alarm` and :func:`_on_continue` while any VecEnv is open (main thread
+    only); False elsewhere."""
     if threading.current_thread() is not threading.main_thread():
         return False
     if _ALARM["open"] == 0:
         _ALARM["previous"] = signal.signal(signal.SIGALRM, _on_alarm)
+        _ALARM["previous_continue"] = signal.signal(signal.SIGCONT, _on_continue)
     _ALARM["open"] += 1
     return True
 
@@ -444,8 +472,9 @@ def _hold_alarm() -> bool:
 def _release_alarm() -> None:
     _ALARM["open"] -= 1
     if _ALARM["open"] == 0:
-        previous = _ALARM["previous"]
-        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+        for sig, key in ((signal.SIGALRM, "previous"), (signal.SIGCONT, "previous_continue")):
+            previous = _ALARM[key]
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
 
 
 def end_env_calls_within(seconds: float, reason: str) -> None:
@@ -457,8 +486,9 @@ def end_env_calls_within(seconds: float, reason: str) -> None:
         return
     remaining = signal.getitimer(signal.ITIMER_REAL)[0]
     if remaining == 0 or remaining > seconds:
+        call = _CALLING[-1]
+        call.armed_seconds, call.confirming, call.expiry_reason = seconds, False, reason
         signal.setitimer(signal.ITIMER_REAL, seconds)
-        _CALLING[-1].expiry_reason = reason
 
 
 class VecEnv:
@@ -480,7 +510,9 @@ class VecEnv:
     ``SIGALRM`` timer, armed around each call made in the main thread, whose handler is this
     module's while a VecEnv made there is open (in other threads, as a Ray trial's, there is none).
     It ends a hang in Python code or in a wait on a ``subproc`` worker, not one inside a C
-    extension that never returns to Python (ale-py's own threads).
+    extension that never returns to Python (ale-py's own threads). Time the process spends stopped
+    (Ctrl-Z, ``kill -STOP``) is not the env's: after the ``SIGCONT`` the call's timeout starts
+    again (an expiry waits :data:`CONFIRM_SECONDS` for that signal).
     """
 
     def __init__(
@@ -494,6 +526,9 @@ class VecEnv:
         self.steps = 0  # vector steps taken, for the messages
         self.broken = False  # a call failed part-way: close() terminates instead of asking the envs
         self.expiry_reason = ""
+        #: The timeout armed for the call running now, whether its expiry awaits confirmation, and
+        #: the SIGCONTs seen when it was armed (:func:`_on_alarm`).
+        self.armed_seconds, self.confirming, self.continues_seen = 0.0, False, 0
         self._calling = ""
         self._alarm = False  # whether this VecEnv holds the SIGALRM handler (made in the main thread)
         layout = info.frame_layout
@@ -576,8 +611,10 @@ class VecEnv:
         main = self._alarm and threading.current_thread() is threading.main_thread()
         if main:
             _CALLING.append(self)
+            self.continues_seen, self.confirming = _CONTINUES[0], False
             if self.timeout > 0:
                 self.expiry_reason = f"did not return within --env-timeout {self.timeout:g} s"
+                self.armed_seconds = self.timeout
                 signal.setitimer(signal.ITIMER_REAL, self.timeout)
         self._calling = what
         log_level = gym.logger.min_level

@@ -3,7 +3,8 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 
 * ``raise``: raises ``RuntimeError("sensor cable unplugged")``;
 * ``nan_obs`` / ``nan_reward``: returns a NaN in its observation / its reward;
-* ``hang``: sleeps for an hour.
+* ``hang``: sleeps for an hour;
+* ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step).
 
 ``from_instance`` leaves the first instances made in this process well: with the sync backend,
 the training envs are made first and the evaluation envs after them. ``train.py --env
@@ -25,7 +26,7 @@ _instances = itertools.count()
 class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0):
         super().__init__(gym.make("CartPole-v1"))
-        if fault not in ("raise", "nan_obs", "nan_reward", "hang"):
+        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -39,6 +40,8 @@ class FaultyCartPole(gym.Wrapper):
                 raise RuntimeError("sensor cable unplugged")
             if self.fault == "hang":
                 time.sleep(3600)
+            if self.fault == "slow":
+                time.sleep(0.1)
             if self.fault == "nan_obs":
                 obs = np.array(obs, dtype=np.float32)
                 obs[2] = np.nan

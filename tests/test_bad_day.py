@@ -315,6 +315,39 @@ def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_pa
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
 
 
+def test_a_run_stopped_inside_an_env_step_and_continued_is_not_timed_out(tmp_path):
+    # kill -STOP (or Ctrl-Z) for longer than --env-timeout, landing in a step: the stop is not the
+    # env's time (a Pong run paused for benchmarks once ended with exit 6 at its SIGCONT).
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [*TRAIN, "--env", FAULTY, "--env-kwargs", "fault=slow", "at_step=1", "--vec-env", "sync", "--num-envs", "2",
+         "--nsteps", "5", "--total-timesteps", "100000", "--eval-every", "0", "--env-timeout", "2", "--log-interval", "1",
+         "--run-dir", str(run_dir), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+
+    def rows() -> int:
+        return len(read_progress(run_dir)) if (run_dir / "progress.csv").exists() else 0
+
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and rows() < 1:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGSTOP)  # a step takes 0.2 s of each 0.2 s here: the stop lands in one
+        time.sleep(5)
+        process.send_signal(signal.SIGCONT)
+        before = rows()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and rows() < before + 2 and process.poll() is None:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=40)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and "did not return" not in stderr, (process.returncode, stderr)
+
+
 def test_subproc_env_errors_print_no_worker_traceback(tmp_path, capfd):
     trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "raise", "at_step": 30},
                                vec_env="subproc", total_timesteps=100_000)

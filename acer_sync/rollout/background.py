@@ -58,7 +58,8 @@ class BackgroundCollector:
 
     An env call in the thread has no ``SIGALRM`` timer (only the main thread has one), so
     :meth:`wait` keeps the time instead: a segment not back ``timeout`` seconds after the learner
-    began waiting, or ``grace`` seconds after a stop signal, is an :class:`EnvTimedOut`. A hung
+    began waiting, or ``grace`` seconds after a stop signal, is an :class:`EnvTimedOut`. A gap of
+    over a second between its polls is a stop of the whole process, and does not count. A hung
     thread is left behind (a daemon: it cannot keep the process from exiting).
     """
 
@@ -96,12 +97,15 @@ class BackgroundCollector:
         thread = self._thread
         if thread is None:
             raise RuntimeError("no collection was started")
-        started = time.monotonic()
+        started = last = time.monotonic()
         while thread.is_alive():
             thread.join(0.05)
             if not thread.is_alive():
                 break
             now, signal = time.monotonic(), stopped()
+            if now - last > 1.0:  # the process was stopped (Ctrl-Z, kill -STOP): not the env's time
+                started += now - last
+            last = now
             if signal is not None and now - signal[1] > grace:
                 raise EnvTimedOut(f"{self.env_id}'s step had not returned {grace:g} s after {signal[0]}")
             if timeout > 0 and now - started > timeout:
