@@ -42,6 +42,7 @@ from acer_sync.api.cli import OneLineParser
 from acer_sync.api.run_metadata import package_versions
 from acer_sync.base.config import COMPILE_MODES, NETWORKS, PIPELINES, PRECISIONS, build_config, validate
 from acer_sync.base.errors import UserError, run_cli
+from acer_sync.base.transfer import numpy_dtype
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
 from acer_sync.nets.precision import autocast, runs_in_bf16, to_float32
@@ -147,7 +148,7 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
     actor, fields = trainer.runner.actor, trainer.fields
     def randomize(stacked):  # the numpy stack, or the device stack's tensors (on CUDA)
         if isinstance(stacked, torch.Tensor):
-            stacked.copy_(torch.from_numpy(fill_random(rng, np.zeros(tuple(stacked.shape), str(stacked.dtype)[6:]))))
+            stacked.copy_(torch.from_numpy(fill_random(rng, np.zeros(tuple(stacked.shape), numpy_dtype(stacked.dtype)))))
         else:
             fill_random(rng, stacked)
 

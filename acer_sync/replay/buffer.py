@@ -38,6 +38,7 @@ from typing import Iterable, NamedTuple
 import numpy as np
 import torch
 
+from acer_sync.base.transfer import numpy_dtype, torch_dtype, upload
 from acer_sync.nets.distributions import Distribution
 from atari import parts
 
@@ -261,7 +262,7 @@ class ReplayBuffer:
     def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
         if not self.tensors:
             return np.zeros(shape, dtype=dtype)
-        return torch.zeros(shape, dtype=torch.from_numpy(np.zeros((), dtype=dtype)).dtype, device=self.device)
+        return torch.zeros(shape, dtype=torch_dtype(dtype), device=self.device)
 
     def _index(self, index):
         """An index for the arrays: as it is for numpy, a tensor on the device for tensors."""
@@ -367,7 +368,7 @@ class ReplayBuffer:
         for name, target in targets.items():
             if name not in arrays:
                 raise ValueError(f"the saved buffer has no {name}")
-            expected = np.dtype(str(target.dtype).removeprefix("torch.")) if isinstance(target, torch.Tensor) else target.dtype
+            expected = numpy_dtype(target.dtype) if isinstance(target, torch.Tensor) else target.dtype
             if tuple(arrays[name].shape) != tuple(target.shape) or arrays[name].dtype != expected:
                 raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {tuple(target.shape)} {expected}")
         counters = np.asarray(arrays["counters"])
@@ -427,10 +428,7 @@ def to_batch(sample: Sample, fields: Iterable[Field], stack: int, device: torch.
     def move(array):
         if isinstance(array, torch.Tensor):  # a buffer on the device: already there
             return array.to(device, non_blocking=non_blocking)
-        tensor = torch.from_numpy(array)
-        if non_blocking:  # a pinned copy, so that the upload does not wait for the host
-            tensor = tensor.pin_memory()
-        return tensor.to(device, non_blocking=non_blocking)
+        return upload(array, device)
 
     fields = tuple(fields)
     index = state_indices(fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from acer_sync.base.transfer import torch_dtype, upload
 from acer_sync.nets.distributions import Distribution, distribution_for
 from acer_sync.nets.networks import Network, State
 from acer_sync.nets.precision import NetworkPasses
@@ -38,35 +39,28 @@ class DeviceFrameStack:
 
     def __init__(self, num_envs: int, stack: int, layout, device: torch.device):
         self.stack, self.device = stack, device
-        self.pinned = device.type == "cuda"
 
         def zeros(shape_dtype):
             shape, dtype = shape_dtype
-            return torch.zeros((num_envs, stack, *shape), dtype=torch.from_numpy(np.zeros((), dtype)).dtype, device=device)
+            return torch.zeros((num_envs, stack, *shape), dtype=torch_dtype(dtype), device=device)
 
         self.stacked = {key: zeros(part) for key, part in layout.items()} if isinstance(layout, dict) else zeros(layout)
 
-    def upload(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
-        if self.pinned:
-            tensor = tensor.pin_memory()
-        return tensor.to(self.device, non_blocking=self.pinned)
-
     def reset(self, frames) -> None:
         def start(stacked: torch.Tensor, new: np.ndarray) -> torch.Tensor:
-            return torch.cat([torch.zeros_like(stacked[:, 1:]), self.upload(new).unsqueeze(1)], dim=1)
+            return torch.cat([torch.zeros_like(stacked[:, 1:]), upload(new, self.device).unsqueeze(1)], dim=1)
 
         self.stacked = parts.map_parts(start, self.stacked, frames)
 
     def push(self, frames, episode_start: np.ndarray) -> None:
-        starts = self.upload(np.asarray(episode_start, dtype=bool))
+        starts = upload(np.asarray(episode_start, dtype=bool), self.device) if self.stack > 1 else None
 
         def shift(stacked: torch.Tensor, new: np.ndarray) -> torch.Tensor:
             older = stacked[:, 1:]
-            if self.stack > 1:
+            if starts is not None:
                 cleared = starts.reshape(-1, *([1] * (older.dim() - 1)))
                 older = torch.where(cleared, torch.zeros((), dtype=older.dtype, device=older.device), older)
-            return torch.cat([older, self.upload(new).unsqueeze(1)], dim=1)
+            return torch.cat([older, upload(new, self.device).unsqueeze(1)], dim=1)
 
         self.stacked = parts.map_parts(shift, self.stacked, frames)
 
@@ -141,7 +135,7 @@ class Actor:
         """
         dist = self.distribution
         if self.device_stack:
-            obs, first = self.stacker.stacked, self.stacker.upload(self.first)
+            obs, first = self.stacker.stacked, upload(self.first, self.device)
         else:
             obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
             first = torch.from_numpy(self.first).to(self.device)
@@ -185,7 +179,7 @@ class Actor:
             def final_stack(stacked, final: np.ndarray) -> torch.Tensor:
                 if self.device_stack:
                     index = torch.from_numpy(envs).to(self.device)
-                    return torch.cat([stacked[index, 1:], self.stacker.upload(final[envs]).unsqueeze(1)], dim=1)
+                    return torch.cat([stacked[index, 1:], upload(final[envs], self.device).unsqueeze(1)], dim=1)
                 return torch.from_numpy(np.concatenate([stacked[envs, 1:], final[envs, None]], axis=1)).to(self.device)
 
             final = parts.map_parts(final_stack, self.stacker.stacked, final_frames)

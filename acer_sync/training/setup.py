@@ -17,7 +17,7 @@ from acer_sync.base.timing import PhaseTimer
 from acer_sync.nets.build import build_model, select_device
 from acer_sync.nets.distributions import distribution_for
 from acer_sync.nets.precision import slow_bf16_warning
-from acer_sync.replay.buffer import Field, ReplayBuffer, buffer_fields
+from acer_sync.replay.buffer import ReplayBuffer, buffer_fields
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
@@ -60,19 +60,14 @@ def replay_device(config: Config, device: torch.device, needed: int) -> torch.de
     return torch.device("cpu")
 
 
-def check_buffer_fits(config: Config, info: EnvInfo, fields: tuple[Field, ...], on_host: bool = True) -> int:
-    """Bytes the replay buffer needs; a UserError naming --buffer-size if it cannot fit in host
-    memory (where it lives there)."""
-    needed = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
-    if not on_host:
-        return needed
+def check_buffer_fits(config: Config, needed: int) -> None:
+    """A UserError naming --buffer-size where a replay buffer of ``needed`` bytes cannot fit in host memory."""
     available = available_memory_bytes()
     if available is not None and needed > 0.9 * available:
         raise UserError(
             f"the replay buffer needs {needed / 1e9:.2f} GB but only {available / 1e9:.2f} GB of memory is "
             f"available; lower --buffer-size (now {config.buffer_size} steps per env) or --num-envs"
         )
-    return needed
 
 
 def seed_everything(seed: int) -> np.random.Generator:
@@ -114,9 +109,10 @@ def build_trainer(
     model = build_model(info, config).to(device)
     fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                            frame_parts=info.frame_layout if info.frame_parts else None)
-    needed = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
-    storage = replay_device(config, device, needed)
-    buffer_bytes = check_buffer_fits(config, info, fields, on_host=storage.type == "cpu")
+    buffer_bytes = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+    storage = replay_device(config, device, buffer_bytes)
+    if storage.type == "cpu":
+        check_buffer_fits(config, buffer_bytes)
     if config.compile == "network":
         model.compile()  # in place: the state_dict keys stay the same
     agent = ACER(model, config, timer)
