@@ -38,11 +38,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from acer_sync.api.cli import OneLineParser
 from acer_sync.api.run_metadata import package_versions
 from acer_sync.base.config import COMPILE_MODES, NETWORKS, PIPELINES, PRECISIONS, build_config, validate
 from acer_sync.base.errors import UserError, run_cli
 from acer_sync.base.transfer import numpy_dtype
+from acer_sync.cli.args import OneLineParser
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
 from acer_sync.nets.precision import autocast, runs_in_bf16, to_float32

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from acer_sync.api.cli import OneLineParser
 from acer_sync.api.run_metadata import package_versions
 from acer_sync.base.errors import UserError, run_cli
+from acer_sync.cli.args import OneLineParser
 from acer_sync.sweeps.spec import load_sweep
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info

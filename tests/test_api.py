@@ -9,11 +9,9 @@ import pytest
 import torch
 
 import acer_sync
-import play
-import plot
-import train
 from acer_sync.base.config import PRESETS
 from acer_sync.base.outcome import Stop
+from acer_sync.cli import play, plot, train
 from acer_sync.rollout.actor import Actor
 from acer_sync.training.checkpoint import load_checkpoint
 from atari.envs import VecEnv, env_info

@@ -87,7 +87,7 @@ def test_play_logs_box_actions_and_rewards_exactly():
 
     import numpy as np
 
-    import play
+    from acer_sync.cli import play
     from acer_sync.rollout.evaluation import EnvStep
 
     handle = io.StringIO()
@@ -152,6 +152,7 @@ def test_resume_refuses_conflicting_flags(pong_run):
     ],
 )
 def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
+    args = args if "--env" in args else ["--env", "PongNoFrameskip-v4", *args]
     line = one_line_error(run("train.py", *args, "--run-dir", tmp_path / "run"))
     assert message in line
     assert not (tmp_path / "run").exists()  # nothing written, not even config.json
@@ -162,7 +163,7 @@ import sys
 sys.path.insert(0, {root!r})
 import gymnasium as gym, numpy as np
 from acer_sync.base.errors import run_cli
-import train
+from acer_sync.cli import train
 
 class MultiDiscreteEnv(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

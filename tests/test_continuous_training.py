@@ -108,7 +108,7 @@ def test_observation_normalization_survives_checkpoint_and_resume(tmp_path):
 
 
 def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
-    import play
+    from acer_sync.cli import play
 
     config = pendulum_config(total_timesteps=200, num_envs=2, nsteps=20, hidden="8")
     build_trainer(config, env_info("Pendulum-v1"), tmp_path, progress_bar=False).train()
@@ -119,7 +119,7 @@ def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
 def test_videos_follow_mujoco_agents_with_the_track_camera():
     import mujoco
 
-    import play
+    from acer_sync.cli import play
     from atari.envs import VecEnv
 
     cheetah = VecEnv(env_info("HalfCheetah-v5"), 1, "sync", render_mode="rgb_array")  # no GL until a frame is drawn

@@ -219,7 +219,7 @@ def test_config_files_take_env_kwargs_as_a_mapping(value, message):
 def test_bad_env_kwargs_flags_are_one_line_errors(module_dir, tmp_path, capsys, args, message):
     """In this process (train.main, as run_cli calls it): argparse's errors exit 2 with one line,
     the others are UserErrors, which run_cli prints as one line."""
-    import train
+    from acer_sync.cli import train
 
     with pytest.raises((SystemExit, UserError)) as error:
         train.main(["--env", USER_ENV, *args, "--run-dir", str(tmp_path / "run")])

@@ -14,9 +14,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-import plot
 from acer_sync.api.scores import baselines_curve, game_name, human_normalized, published_acer
 from acer_sync.base.errors import UserError
+from acer_sync.cli import plot
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

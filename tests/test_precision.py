@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import acer_sync
-import train
 from acer_sync.base.config import build_config
 from acer_sync.base.outcome import Stop
+from acer_sync.cli import train
 from acer_sync.math import losses
 from acer_sync.nets import precision
 from acer_sync.nets.build import build_model

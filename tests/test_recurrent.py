@@ -7,8 +7,8 @@ import pytest
 import torch
 from reference_acer import categorical_forward, categorical_policy, gaussian_advantage, gaussian_policy, gaussian_value
 
-import train
 from acer_sync.base.config import build_config
+from acer_sync.cli import train
 from acer_sync.math import losses
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import distribution_for

@@ -7,8 +7,8 @@ import pytest
 import torch
 from reference_acer import ReferenceRMSpropTF, reference_update
 
-import train
 from acer_sync.base.config import Config, build_config
+from acer_sync.cli import train
 from acer_sync.math import losses
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import Categorical, DiagGaussian, distribution_for, distribution_of_spec

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from acer_sync.api.run_metadata import read_config, write_config
-from acer_sync.base.config import Config, build_config, setting_name, validate
+from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import console, log
@@ -43,7 +43,7 @@ from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
-from acer_sync.training.trainer import RESUMABLE_CHANGES, Trainer
+from acer_sync.training.trainer import Trainer
 from atari.envs import EnvInfo, env_info
 
 #: The gymnasium namespace under which env callables are registered.
@@ -171,7 +171,6 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
     try:
         if payload is None:
             refuse_a_run(run_dir)  # again, under the lock: another process may have started one since
-        log.info(f"run directory: {run_dir}")
         trainer = build_trainer(
             config, info, run_dir, resume=payload, progress_bar=progress_bar, callbacks=callbacks,
             on_progress=on_progress, on_checkpoint=on_checkpoint,
@@ -180,6 +179,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         lock.release(remove=bool(created))
         _remove_empty(created)
         raise
+    log.info(f"run directory: {run_dir}")  # once it holds a run: a start that fails removes what it made
     try:
         if payload is None:
             try:

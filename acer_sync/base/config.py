@@ -24,6 +24,12 @@ def _f(default, help: str, **metadata):
 PIPELINES = ("serial", "overlap")
 #: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`).
 COMPILE_MODES = ("off", "network", "update", "graph")
+#: The settings a resume may change (``--resume RUN_DIR`` with these flags, or ``acer_sync.train(resume=...)``):
+#: how long, on what and how the run computes, and where it reports. ``--help`` marks them.
+RESUMABLE_CHANGES = (
+    "total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline", "replay_device",
+    "track", "wandb_project", "wandb_entity",
+)
 #: What the values of a setting's earlier type mean now: ``compile`` was a bool (true: the network's passes).
 LEGACY_VALUES = {"compile": {True: "network", False: "off"}}
 
@@ -32,7 +38,7 @@ LEGACY_VALUES = {"compile": {True: "network", False: "off"}}
 class Config:
     """Hyperparameters and run settings. Defaults are OpenAI Baselines' ``acer.learn()``."""
 
-    env: str = _f("PongNoFrameskip-v4", "gymnasium env id, or module:EnvId to import the module that registers it first (Atari ids get DeepMind preprocessing)")
+    env: str = _f("PongNoFrameskip-v4", "gymnasium env id, or module:EnvId to import the module that registers it first (Atari ids get DeepMind preprocessing)", required=True)
     env_kwargs: dict = field(default_factory=dict, metadata={"help": "keyword arguments for gym.make, in every env of the run: KEY=VALUE pairs, each value read as YAML (a number, true/false or a string); a config file gives a mapping"})
     seed: int = _f(0, "seed for the envs, torch, and replay sampling")
     total_timesteps: int = _f(10_000_000, "agent steps to train for (frames = 4x steps on Atari)")
@@ -58,21 +64,21 @@ class Config:
     threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
     compile: str = _f(
         "off", "torch.compile: off; network (the network's passes; a bare --compile); update (the whole ACER update, one "
-        "graph, with no host read in it); graph (the update as a CUDA graph, CUDA only); may change on --resume",
+        "graph, with no host read in it); graph (the update as a CUDA graph, CUDA only)",
         choices=COMPILE_MODES, metavar="MODE", const="network",
     )
     replay_device: str = _f(
         "auto", "where the replay buffer lives: auto (on the GPU the run trains on, where it takes at most half of its "
-        "free memory; else in host memory), cpu, or cuda; may change on --resume", choices=("auto", "cpu", "cuda"),
+        "free memory; else in host memory), cpu, or cuda", choices=("auto", "cpu", "cuda"),
     )
     pipeline: str = _f(
         "serial", "serial: collect a segment, then learn from it; overlap: learn from segment k while the envs "
         "collect k+1 in a thread, with the weights of the last finished update (μ is stored, so ACER's importance "
-        "weights correct the lag); may change on --resume", choices=PIPELINES,
+        "weights correct the lag)", choices=PIPELINES,
     )
     precision: str = _f(
         "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "
-        "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32; may change on --resume)",
+        "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32)",
         choices=PRECISIONS,
     )
     hidden: str = _f(
@@ -113,11 +119,21 @@ class Config:
     max_nonfinite: int = _f(10, "stop after this many non-finite updates in a row (each is skipped)")
     env_timeout: float = _f(
         120.0, "seconds an env step or reset may take before the run stops with a checkpoint of its last completed "
-        "iteration (exit code 6; 0: no limit); may change on --resume",
+        "iteration (exit code 6; 0: no limit)",
     )
     eval_every: int = _f(250_000, "agent steps between evaluations on full games in separate envs (0: never)")
     eval_episodes: int = _f(10, "full games per evaluation")
     eval_greedy: bool = _f(False, "evaluate with argmax actions instead of sampling from the policy")
+    capture_video: bool = _f(
+        False, "at each evaluation, also play one game in an env of its own and record it to videos/step_<N>.mp4 "
+        "(with --track, sent to Weights & Biases too)",
+    )
+    track: bool = _f(
+        False, "log the progress rows, the config and the videos to Weights & Biases (pip install wandb; "
+        "WANDB_MODE=offline writes the run under the run directory's wandb/ for a later wandb sync)",
+    )
+    wandb_project: str = _f("acer_sync", "the W&B project of --track", metavar="NAME")
+    wandb_entity: str = _f("", "the W&B entity (user or team) of --track (default: your W&B default)", metavar="NAME")
 
     def __post_init__(self):
         for name, meanings in LEGACY_VALUES.items():  # a run or a file written before the setting changed type

@@ -38,11 +38,11 @@ import ray
 from ray import tune
 
 from acer_sync.api import runs as api
-from acer_sync.base.config import Config
+from acer_sync.base.config import RESUMABLE_CHANGES, Config
 from acer_sync.base.errors import EXIT_CODES
 from acer_sync.base.outcome import Stop
 from acer_sync.training.checkpoint import LATEST
-from acer_sync.training.trainer import RESUMABLE_CHANGES, Trainer
+from acer_sync.training.trainer import Trainer
 
 #: The start of each line a trial prints for sweep.py's terminal; the trial's name and "] " follow.
 LINE_PREFIX = "[trial "

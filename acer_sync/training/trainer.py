@@ -33,11 +33,6 @@ from atari.envs import EnvInfo, VecEnv
 from atari.episodes import EpisodeTracker
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied
 
-#: Config fields that may differ between a run and its resume.
-RESUMABLE_CHANGES = (
-    "total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline", "replay_device",
-)
-
 
 @dataclass
 class Parts:

@@ -7,7 +7,7 @@ import math
 
 import yaml
 
-from acer_sync.base.config import PRESETS, RECURRENT_CLASSIC, fields
+from acer_sync.base.config import PRESETS, RECURRENT_CLASSIC, RESUMABLE_CHANGES, fields
 from acer_sync.base.config_file import check_env_kwargs
 from acer_sync.base.errors import UserError
 
@@ -56,19 +56,47 @@ finite_float.__name__ = "finite number"
 float_or_inf.__name__ = "number"
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per Config field; defaults are None so that presets and resume can tell what was set."""
+#: ``--help``'s groups, in order, and the settings in each (every Config field is in one: a test checks).
+FLAG_GROUPS: dict[str, tuple[str, ...]] = {
+    "env": ("env", "env_kwargs", "num_envs", "vec_env", "reward_scale", "normalize_obs", "env_timeout"),
+    "algorithm": (
+        "nsteps", "gamma", "lr", "lr_schedule", "rms_alpha", "rms_eps", "q_coef", "ent_coef", "max_grad_norm", "c",
+        "trust_region", "delta", "alpha", "policy_std", "sdn_samples",
+    ),
+    "replay": ("buffer_size", "replay_ratio", "replay_start", "replay_state"),
+    "network": ("network", "hidden", "activation", "lstm_size", "torso", "torso_kwargs"),
+    "run and logging": (
+        "seed", "total_timesteps", "log_interval", "log_seconds", "checkpoint_every", "keep_checkpoints", "save_buffer",
+        "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy", "capture_video", "track", "wandb_project",
+        "wandb_entity",
+    ),
+    "performance": ("device", "threads", "precision", "compile", "pipeline", "replay_device"),
+}
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """One flag per Config field, in :data:`FLAG_GROUPS`'s groups, which it returns by title (a script
+    adds its own flags to them). Defaults are None so that presets and resume can tell what was set."""
     atari, classic, continuous = PRESETS["atari"], PRESETS["classic"], PRESETS["continuous"]
-    for f in fields():
+    groups = {title: parser.add_argument_group(title) for title in FLAG_GROUPS}
+    group_of = {name: groups[title] for title, names in FLAG_GROUPS.items() for name in names}
+    by_name = {f.name: f for f in fields()}
+    for f in (by_name[name] for names in FLAG_GROUPS.values() for name in names):
+        group = group_of[f.name]
         own = "--" + f.name.replace("_", "-")
         flags = (f.metadata["flag"], own) if "flag" in f.metadata else (own,)  # the documented name first
         help_text = f.metadata["help"]
+        if f.name in RESUMABLE_CHANGES:
+            help_text += "; may change on --resume"
         if f.type in (dict, "dict"):
-            parser.add_argument(*flags, dest=f.name, nargs="+", type=key_value, metavar="KEY=VALUE", default=None,
-                                help=f"{help_text} (default: none)")
+            group.add_argument(*flags, dest=f.name, nargs="+", type=key_value, metavar="KEY=VALUE", default=None,
+                               help=f"{help_text} (default: none)")
             continue
         default = f.default
-        shown = f"default: {default}" if default != "" else "default: by env kind"
+        preset = any(f.name in values for values in (atari, classic, continuous, RECURRENT_CLASSIC))
+        shown = f"default: {default}" if default != "" else ("default: by env kind" if preset else "default: none")
+        if f.metadata.get("required"):
+            shown = "required for a new run"
         if f.name in atari:
             shown += f"; Atari preset: {atari[f.name]}"
         if f.name in classic:
@@ -82,15 +110,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             kwargs["choices"] = [c for c in f.metadata["choices"] if c]
         kwargs["dest"] = f.name
         if f.type in (bool, "bool"):
-            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
+            group.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
         elif f.type in (int, "int"):
-            parser.add_argument(*flags, type=int, metavar="N", **kwargs)
+            group.add_argument(*flags, type=int, metavar="N", **kwargs)
         elif f.type in (float, "float"):
-            parser.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
+            group.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
         else:
             if "const" in f.metadata:  # the flag alone means this value
                 kwargs.update(nargs="?", const=f.metadata["const"])
-            parser.add_argument(*flags, type=str, metavar=f.metadata.get("metavar"), **kwargs)
+            group.add_argument(*flags, type=str, metavar=f.metadata.get("metavar"), **kwargs)
+    return groups
 
 
 def config_overrides(args: argparse.Namespace) -> dict:

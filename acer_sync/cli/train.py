@@ -1,0 +1,112 @@
+"""Train ACER: ``python train.py --env PongNoFrameskip-v4``. See ``--help`` for every flag."""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from pathlib import Path
+
+from acer_sync.api import runs as api
+from acer_sync.base.config_file import load_config_file
+from acer_sync.base.errors import UserError, exit_code
+from acer_sync.base.outcome import Outcome
+from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float
+from acer_sync.training.callbacks import StopTrainingOnReward
+
+#: What ``train.py`` without ``--env`` says.
+ENV_REQUIRED = (
+    "--env is required: a gymnasium id such as --env CartPole-v1 (or PongNoFrameskip-v4, or module:EnvId for "
+    "your own); --resume RUN_DIR continues a run instead"
+)
+
+
+def parse_args(argv: list[str], prog: str = "train.py"):
+    parser = OneLineParser(
+        prog=prog, usage="%(prog)s --env ENV [flags], or %(prog)s --resume RUN_DIR [flags]",
+        description="Train ACER (Wang et al. 2017) on a gymnasium env, or on your own with --env "
+        "module:EnvId. Atari ids get Baselines' defaults; other envs (CartPole-v1, Acrobot-v1, "
+        "LunarLander-v3 with pip install \"gymnasium[box2d]\", ...) get the classic-control preset. "
+        "configs/envs/<EnvId>.yaml overrides the preset, --config FILE.yaml overrides both, and every "
+        "flag overrides all three. Example: %(prog)s --env CartPole-v1",
+    )
+    groups = add_config_flags(parser)
+    run = groups["run and logging"]
+    run.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
+    run.add_argument("--run-dir", type=Path, default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
+    run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument(
+        "--stop-at-reward", type=finite_float, default=None, metavar="X",
+        help="stop with a checkpoint, and exit 0, once the mean return reaches X: the evaluation mean where the run "
+        "evaluates (--eval-every), else the mean of the last 100 training episodes (raw scores)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, prog: str = "train.py") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv, prog)
+    settings = config_overrides(args)
+    if args.config is not None:
+        settings = {**load_config_file(args.config), **settings}
+    env = settings.pop("env", None)
+    if env is None and args.resume is None:
+        raise UserError(ENV_REQUIRED)
+    callbacks = [StopTrainingOnReward(args.stop_at_reward)] if args.stop_at_reward is not None else []
+    outcome = api.run(
+        env, run_dir=args.run_dir, resume=args.resume, progress_bar=not args.no_progress, callbacks=callbacks,
+        command=[prog, *argv], **settings,
+    )
+    line = summary_line(outcome, prog)
+    if line:
+        print(line, flush=True)
+    return exit_code(outcome, prog)
+
+
+def summary_line(outcome: Outcome, prog: str) -> str:
+    """The line a run ends with: how it ended, its steps and wall time, the final and best 100-episode
+    means of ``progress.csv``, and the checkpoint to play or continue; empty where no checkpoint was
+    written (the run did not start)."""
+    checkpoint = outcome.run_dir / "checkpoints" / "latest.pt"
+    if not checkpoint.is_file():
+        return ""
+    rows = progress_rows(outcome.run_dir)
+    means = [row["mean_episode_reward"] for row in rows if math.isfinite(row.get("mean_episode_reward", math.nan))]
+    seconds = rows[-1].get("time_elapsed", math.nan) if rows else math.nan
+    parts = [f"{outcome.timesteps:,} steps" + (f" in {format_seconds(seconds)}" if math.isfinite(seconds) else "")]
+    parts.append(f"mean return {means[-1]:.2f} at the end, best {max(means):.2f} (100-episode means)" if means
+                 else "no episode ended")
+    evals = [row["eval_mean"] for row in rows if math.isfinite(row.get("eval_mean", math.nan))]
+    if evals:
+        parts.append(f"best evaluation {max(evals):.2f}")
+    how = "finished" if outcome.finished else outcome.stop.value
+    then = (f"play it: {prog.replace('train', 'play')} {outcome.run_dir}" if outcome.finished
+            else f"continue it: {prog} --resume {outcome.run_dir}")
+    return f"{prog}: {how}: {'; '.join(parts)}; checkpoint {checkpoint} ({then})"
+
+
+def progress_rows(run_dir: Path) -> list[dict[str, float]]:
+    """The numbers of each row of ``run_dir/progress.csv`` (an empty or missing cell is NaN)."""
+    try:
+        with open(run_dir / "progress.csv", newline="") as handle:
+            return [{key: _number(value) for key, value in row.items() if key} for row in csv.DictReader(handle)]
+    except OSError:
+        return []
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def format_seconds(seconds: float) -> str:
+    """``12.3 s``, ``4 min 05 s`` or ``2 h 07 min``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min {int(seconds % 60):02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"

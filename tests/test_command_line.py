@@ -1,0 +1,120 @@
+"""The command line's doors: ``python -m acer_sync COMMAND``, the console scripts of ``pip install .``,
+train's required ``--env``, its ``--help`` groups, and the line a run ends with."""
+
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from acer_sync.base.config import RESUMABLE_CHANGES, fields
+from acer_sync.cli.args import FLAG_GROUPS
+from helpers import ROOT, one_line_error, read_progress
+
+SMALL_CARTPOLE = ["--env", "CartPole-v1", "--total-timesteps", "1600", "--eval-every", "800", "--eval-episodes", "2",
+                  "--no-progress"]
+
+
+def run(command: list[str], cwd, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def module(*args) -> list[str]:
+    return [sys.executable, "-m", "acer_sync", *map(str, args)]
+
+
+def test_train_without_an_env_says_so_in_one_line_and_writes_nothing(tmp_path):
+    line = one_line_error(run([sys.executable, str(ROOT / "train.py")], cwd=tmp_path))
+    assert line.startswith("train.py: error: --env is required") and "--env CartPole-v1" in line
+    assert "--resume RUN_DIR" in line
+    assert list(tmp_path.iterdir()) == []  # no runs/ made
+
+
+def test_every_setting_has_one_help_group_and_help_shows_them_in_order():
+    grouped = [name for names in FLAG_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(f.name for f in fields())  # each field once
+    assert list(FLAG_GROUPS) == ["env", "algorithm", "replay", "network", "run and logging", "performance"]
+    result = run([sys.executable, str(ROOT / "train.py"), "--help"], cwd=ROOT)
+    assert result.returncode == 0
+    titles = [line[:-1] for line in result.stdout.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles == ["options", *FLAG_GROUPS]
+    run_group = result.stdout.split("\nrun and logging:\n")[1].split("\nperformance:\n")[0]
+    for flag in ("--run-dir", "--resume", "--config", "--stop-at-reward", "--track", "--seed"):
+        assert f"  {flag}" in run_group
+    assert "(required for a new run)" in result.stdout
+    # what a resume may change is said once per flag, from the one list
+    said = " ".join(result.stdout.split()).split("may change on --resume")
+    assert len(said) - 1 == len(RESUMABLE_CHANGES)
+
+
+def test_python_m_acer_sync_train_does_what_train_py_does_and_ends_with_a_summary(tmp_path):
+    result = run(module("train", *SMALL_CARTPOLE, "--run-dir", tmp_path / "run"), cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    rows = read_progress(tmp_path / "run")
+    assert int(rows[-1]["total_timesteps"]) == 1600
+    last = result.stdout.strip().splitlines()[-1]
+    final = float(rows[-1]["mean_episode_reward"])
+    best = max(float(row["mean_episode_reward"]) for row in rows if row["mean_episode_reward"] != "nan")
+    assert last.startswith("python -m acer_sync train: finished: 1,600 steps in ")
+    assert f"mean return {final:.2f} at the end, best {best:.2f}" in last
+    assert "best evaluation" in last
+    assert f"checkpoint {tmp_path / 'run' / 'checkpoints' / 'latest.pt'}" in last
+    assert f"play it: python -m acer_sync play {tmp_path / 'run'}" in last
+    # the summary is also the line of a resumed run, and of one that continues to a later step
+    resumed = run(module("train", "--resume", tmp_path / "run", "--total-timesteps", "2400", "--no-progress"), cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip().splitlines()[-1].startswith("python -m acer_sync train: finished: 2,400 steps in ")
+
+
+def test_python_m_acer_sync_lists_its_commands_and_refuses_others():
+    listed = run(module("--help"), cwd=ROOT)
+    assert listed.returncode == 0
+    for command in ("train", "play", "plot", "sweep"):
+        assert f"  {command} " in listed.stdout
+    nothing = run(module(), cwd=ROOT)
+    assert nothing.returncode == 2 and "usage: python -m acer_sync {train,play,plot,sweep}" in nothing.stderr
+    line = one_line_error(run(module("fly"), cwd=ROOT))
+    assert line == "python -m acer_sync: error: unknown command 'fly'; choose one of train, play, plot, sweep"
+    line = one_line_error(run(module("plot", "--x", "hours"), cwd=ROOT))
+    assert line.startswith("python -m acer_sync plot: error: ")
+
+
+def test_a_run_that_cannot_start_does_not_name_its_run_directory(tmp_path):
+    result = run([sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--torso", "no_such_module:Torso",
+                  "--run-dir", tmp_path / "run", "--no-progress"], cwd=ROOT)
+    assert "no_such_module" in one_line_error(result)
+    assert "run directory" not in result.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_pip_install_puts_the_console_scripts_on_the_path(tmp_path):
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {
+        "acer-sync": "acer_sync.__main__:main", "acer-train": "acer_sync.__main__:train",
+        "acer-play": "acer_sync.__main__:play", "acer-plot": "acer_sync.__main__:plot",
+        "acer-sweep": "acer_sync.__main__:sweep",
+    }
+    target = tmp_path / "site"
+    installed = run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+                     "--target", str(target), str(ROOT)], cwd=tmp_path, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    away = tmp_path / "elsewhere"  # not the clone: the installed package and its data files
+    away.mkdir()
+    env = {"PYTHONPATH": str(target)}
+    trained = run([str(target / "bin" / "acer-train"), *SMALL_CARTPOLE, "--run-dir", "run"], cwd=away, env=env)
+    assert trained.returncode == 0, trained.stderr
+    assert trained.stdout.strip().splitlines()[-1].startswith("acer-train: finished: 1,600 steps")
+    played = run([str(target / "bin" / "acer-sync"), "play", "run", "--episodes", "1"], cwd=away, env=env)
+    assert played.returncode == 0, played.stderr
+    assert "mean score over 1 episodes" in played.stdout
+    line = one_line_error(run([str(target / "bin" / "acer-plot"), "nothing"], cwd=away, env=env))
+    assert line.startswith("acer-plot: error: ")
+
+
+@pytest.mark.parametrize("script", ["train.py", "play.py", "plot.py", "sweep.py"])
+def test_the_root_scripts_are_thin(script):
+    text = (ROOT / script).read_text()
+    assert f'run_command("{script[:-3]}", sys.argv[1:], "{script}")' in text
+    assert len(text.splitlines()) <= 12
