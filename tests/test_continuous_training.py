@@ -119,7 +119,7 @@ def test_play_scores_a_gaussian_checkpoint(tmp_path, capsys):
 def test_videos_follow_mujoco_agents_with_the_track_camera():
     import mujoco
 
-    from acer_sync.cli import play
+    from acer_sync.rollout.video import follow_the_agent
     from atari.envs import VecEnv
 
     cheetah = VecEnv(env_info("HalfCheetah-v5"), 1, "sync", render_mode="rgb_array")  # no GL until a frame is drawn
@@ -127,9 +127,9 @@ def test_videos_follow_mujoco_agents_with_the_track_camera():
     try:
         renderer = cheetah.first_env().unwrapped.mujoco_renderer
         assert renderer.camera_id == -1  # gymnasium's camera fixed in the world
-        play.follow_the_agent(cheetah)
+        follow_the_agent(cheetah)
         assert renderer.camera_id == mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0
-        play.follow_the_agent(pendulum)  # not MuJoCo: left alone
+        follow_the_agent(pendulum)  # not MuJoCo: left alone
     finally:
         cheetah.close()
         pendulum.close()

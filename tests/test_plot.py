@@ -107,6 +107,17 @@ def test_a_lone_group_is_labelled_by_its_env(tmp_path):
     assert plot.summary_line(groups[0], "").startswith("PongNoFrameskip-v4 (1 seed):")
 
 
+def test_two_runs_of_one_seed_are_not_called_two_seeds(tmp_path):
+    runs = [write_run(tmp_path / "first"), write_run(tmp_path / "again"), write_run(tmp_path / "other", seed=1)]
+    groups = plot.group_runs([plot.load_run(path) for path in runs[:2]])
+    assert plot.seeds_text(groups[0]) == "(2 runs, 1 seed)"
+    assert plot.summary_line(groups[0], "").startswith("PongNoFrameskip-v4 (2 runs, 1 seed):")
+    groups = plot.group_runs([plot.load_run(path) for path in runs])
+    assert plot.seeds_text(groups[0]) == "(3 runs, 2 seeds)"
+    groups = plot.group_runs([plot.load_run(path) for path in runs[1:]])
+    assert plot.seeds_text(groups[0]) == "(2 seeds)"
+
+
 def test_seed_band_is_mean_min_and_max_across_seeds(tmp_path):
     runs = [plot.load_run(write_run(tmp_path / f"s{seed}", seed=seed)) for seed in (0, 1, 2)]
     grid, mean, low, high = plot.seed_band(plot.group_runs(runs)[0], "steps", 1)

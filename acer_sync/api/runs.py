@@ -39,10 +39,12 @@ from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
+from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, check_callbacks
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
+from acer_sync.training.tracking import check_wandb
 from acer_sync.training.trainer import Trainer
 from atari.envs import EnvInfo, env_info
 
@@ -215,6 +217,10 @@ def check_config(config: Config, info: EnvInfo) -> None:
                         f"{select_device(config.device).type} (--compile update compiles it without the graph)")
     if config.torso:
         build_model(info, config)  # imports the torso class and checks its contract, in one line each
+    if config.track:
+        check_wandb()
+    if config.capture_video:
+        check_renders(info)  # a missing package or no headless OpenGL, before the run starts
     if is_callable_env(config.env) and config.vec_env == "subproc" and multiprocessing.get_start_method() != "fork":
         raise UserError(
             f"vec_env subproc runs {config.env} in worker processes, which reach an env callable only when Python "

@@ -303,6 +303,7 @@ def validate(config: Config) -> list[str]:
     need(math.isfinite(config.env_timeout) and config.env_timeout >= 0, "--env-timeout must be finite and >= 0 (0: no limit)")
     need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
     need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")
+    need(not config.capture_video or config.eval_every > 0, "--capture-video records a game at each evaluation: give --eval-every > 0")
     need(math.isfinite(config.reward_scale) and config.reward_scale > 0, "--reward-scale must be finite and > 0")
     need(math.isfinite(config.policy_std) and config.policy_std > 0, "--policy-std must be finite and > 0")
     need(config.sdn_samples >= 1, "--sdn-samples must be >= 1")

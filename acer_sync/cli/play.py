@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -24,12 +23,8 @@ from acer_sync.api.runs import is_callable_env
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.cli.args import OneLineParser
 from acer_sync.rollout.evaluation import EnvStep, evaluate
+from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, render_headless, video_env
 from atari.envs import EnvInfo, VecEnv, env_info
-
-VIDEO_FPS = 30
-#: MuJoCo's headless OpenGL backend for --video, unless MUJOCO_GL is already set: EGL (a GPU
-#: driver, or Mesa's), or OSMesa (software, Debian's libosmesa6) with MUJOCO_GL=osmesa.
-HEADLESS_GL = "egl"
 
 
 def parse_args(argv: list[str], prog: str = "play.py"):
@@ -54,22 +49,6 @@ def policy_env(policy: Policy, checkpoint: Path) -> EnvInfo:
             "which play.py cannot build; play it from Python with acer_sync.load(RUN_DIR).predict(observation)"
         )
     return env_info(policy.env_id, policy.env_kwargs)  # acer_sync.load checked that the network fits it
-
-
-def follow_the_agent(env: VecEnv) -> None:
-    """Film a MuJoCo task from its model's ``track`` camera, which follows the body.
-
-    gymnasium's default is a camera fixed in the world (unless a camera is named), from which
-    HalfCheetah-v5 runs out of the picture within seconds. Other envs are left as they are.
-    """
-    renderer = getattr(env.first_env().unwrapped, "mujoco_renderer", None)
-    if renderer is None:
-        return
-    import mujoco
-
-    track = mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
-    if track >= 0:
-        renderer.camera_id = track
 
 
 def exact(value: np.floating) -> str:
@@ -103,20 +82,6 @@ class StepLog:
         self.game += int(step.game_over[0])
 
 
-def finish_video(part: Path, video: Path, frames_written: int) -> None:
-    """Rename the finished ``part`` over ``video`` once it holds every frame written; opencv
-    reports no failed write (a full disk), so the frames are counted back."""
-    import cv2
-
-    capture = cv2.VideoCapture(str(part))
-    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if capture.isOpened() else 0
-    capture.release()
-    if frames < frames_written:
-        free = shutil.disk_usage(part.parent).free
-        raise WriteFailed(video, f"only {frames} of its {frames_written} frames reached the file ({free / 1e6:.1f} MB free on its disk)")
-    os.replace(part, video)
-
-
 def action_names(env: VecEnv) -> list[str]:
     """The names of env 0's discrete actions where it has them (ALE's NOOP, FIRE, ...), else none."""
     meanings = getattr(env.first_env().unwrapped, "get_action_meanings", None)
@@ -134,62 +99,28 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     if args.actions is not None and not args.actions.parent.is_dir():
         raise UserError(f"cannot write {args.actions}: folder {args.actions.parent} does not exist")
     if args.video is not None and not args.render:
-        # Read when MuJoCo is first imported (building the env below), so it must be set here.
-        os.environ.setdefault("MUJOCO_GL", HEADLESS_GL)
+        render_headless()  # before the env below first imports MuJoCo
     policy = load(args.checkpoint, args.device)
     info = policy_env(policy, args.checkpoint)
-    model, device, env_id = policy.model, policy.device, policy.env_id
-
-    render_mode = "rgb_array" if args.video is not None else ("human" if args.render else None)
-    try:
-        env = VecEnv(info, 1, "sync", render_mode=render_mode)
-    except gym.error.DependencyNotInstalled as error:
-        raise UserError(f"rendering {env_id} needs a missing package: {error}") from None
+    model, device = policy.model, policy.device
 
     if args.video is not None:
-        follow_the_agent(env)
-    writer = None
-    frames_written = 0
-    # The video is written beside its name, checked, then renamed over it: a full disk leaves no
-    # broken mp4 under the name (and whatever was there before stays).
-    video_part = None if args.video is None else args.video.with_name(f".{args.video.name}.{os.getpid()}.tmp{args.video.suffix}")
-
-    def record(_: EnvStep | None) -> None:
-        nonlocal writer, frames_written
-        if writer is None:
-            try:
-                frame = np.asarray(env.render())
-            except gym.error.DependencyNotInstalled as error:
-                raise UserError(f"rendering {env_id} needs a missing package: {str(error).strip().splitlines()[0]}") from None
-            except Exception as error:  # each GL backend fails in its own way (EGLError, FatalError, ...)
-                raise UserError(
-                    f"cannot render {env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
-                    f"({type(error).__name__}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
-                ) from None
-        else:
-            frame = np.asarray(env.render())
-        if writer is None:
-            import cv2
-            import cv2.utils.logging
-
-            # A failed write is reported once, by finish_video, not as OpenCV's and FFmpeg's
-            # warnings for each frame and for the unreadable file.
-            cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
-            os.environ["OPENCV_FFMPEG_LOGLEVEL"] = "-8"
-
-            height, width = frame.shape[:2]
-            writer = cv2.VideoWriter(str(video_part), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
-            if not writer.isOpened():
-                raise UserError(f"opencv cannot write an mp4 to {args.video}")
-        writer.write(frame[..., ::-1].copy())  # RGB to BGR
-        frames_written += 1
-
+        env = video_env(info)
+    else:
+        try:
+            env = VecEnv(info, 1, "sync", render_mode="human" if args.render else None)
+        except gym.error.DependencyNotInstalled as error:
+            raise UserError(f"rendering {info.env_id} needs a missing package: {error}") from None
+    recorder = None if args.video is None else VideoRecorder(env, args.video)
+    # The steps are written beside their file and renamed over it once every game was played, as
+    # the video is: a failed play leaves neither, and whatever was there before stays.
+    actions_part = None if args.actions is None else args.actions.with_name(f".{args.actions.name}.{os.getpid()}.tmp")
     log_file = None
     try:
-        listeners = [record] if args.video is not None else []
-        if args.actions is not None:
+        listeners = [recorder] if recorder is not None else []
+        if actions_part is not None:
             try:
-                log_file = open(args.actions, "w", newline="")
+                log_file = open(actions_part, "w", newline="")
             except OSError as error:
                 raise UserError(f"cannot write {args.actions}: {error.strerror}") from None
             listeners.append(StepLog(log_file, action_names(env)))
@@ -206,30 +137,30 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
             generator=torch.Generator(device=device).manual_seed(args.seed),
             on_step=on_step if listeners else None, precision=policy.precision,
         )
-        if writer is not None:
-            writer.release()
-            finish_video(video_part, args.video, frames_written)
+        if recorder is not None:
+            recorder.finish()
         if log_file is not None:
             try:
                 log_file.close()
+                os.replace(actions_part, args.actions)
             except OSError as error:
                 raise WriteFailed(args.actions, error) from None
     finally:
-        if writer is not None:
-            writer.release()
-        if video_part is not None:
-            video_part.unlink(missing_ok=True)
+        if recorder is not None:
+            recorder.discard()
         if log_file is not None and not log_file.closed:
             try:
                 log_file.close()
             except OSError:
                 pass
+        if actions_part is not None:
+            actions_part.unlink(missing_ok=True)
         env.close()
     for index, score in enumerate(scores, 1):
         print(f"episode {index}: score {score:g}")
     print(f"mean score over {len(scores)} episodes: {np.mean(scores):g} (std {np.std(scores):g})")
     if args.video is not None:
-        print(f"video: {args.video} ({frames_written} frames at {VIDEO_FPS} fps)")
+        print(f"video: {args.video} ({recorder.frames} frames at {VIDEO_FPS} fps)")
     if args.actions is not None:
         print(f"actions: {args.actions} (one row per agent step)")
     return 0

@@ -174,7 +174,10 @@ def format_value(value) -> str:
 
 
 def seeds_text(group: Group) -> str:
-    return f"({len(group.runs)} seed{'' if len(group.runs) == 1 else 's'})"
+    """``(2 seeds)``; ``(2 runs, 1 seed)`` where runs share a seed (a rerun, or a copy of a run)."""
+    seeds = len({run.config.get("seed", SETTING_DEFAULTS["seed"]) for run in group.runs})
+    text = f"{seeds} seed{'' if seeds == 1 else 's'}"
+    return f"({text})" if seeds == len(group.runs) else f"({len(group.runs)} runs, {text})"
 
 
 def is_atari_id(env_id: str) -> bool:

@@ -13,6 +13,8 @@ iteration. The built-ins run first, in this order, so that the user's callbacks 
   ``eval_*`` columns in the row and keeps ``checkpoints/best.pt`` at the best evaluation mean;
 * :class:`ProgressCallback` fills and writes the row (``progress.csv``, TensorBoard) every
   ``log_interval`` iterations, after ``log_seconds``, at the end and with every evaluation;
+* :class:`~acer_sync.training.tracking.WandbCallback` with ``track``: the row, the config and the
+  evaluation's videos to Weights & Biases;
 * :class:`ProgressBar` (tqdm);
 * :class:`CheckpointCallback` writes a checkpoint every ``checkpoint_every`` steps and at the end.
 
@@ -31,10 +33,11 @@ import torch
 from tqdm import tqdm
 
 from acer_sync.base.config import Config
-from acer_sync.base.errors import UserError
+from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.rollout.evaluation import evaluate
+from acer_sync.rollout.video import VideoRecorder, video_env
 from acer_sync.training.checkpoint import BEST, LATEST, save_buffer, save_checkpoint, trainer_payload
 from acer_sync.training.logger import Logger
 from acer_sync.training.progress import progress_row
@@ -193,18 +196,28 @@ class EvalCallback(Callback):
     """Every ``eval_every`` steps, ``eval_episodes`` full games in envs of their own, with the
     evaluation preprocessing (no life-loss ends, raw scores) and a generator of their own (the
     training's random numbers are untouched); the ``eval_*`` columns of that iteration's row. At a
-    new best mean, ``checkpoints/best.pt`` through ``checkpoints`` (the best mean survives a resume)."""
+    new best mean, ``checkpoints/best.pt`` through ``checkpoints`` (the best mean survives a resume).
 
-    def __init__(self, config: Config, checkpoints: CheckpointCallback | None = None):
+    With ``capture_video``, each evaluation also plays one game in an env of its own that renders,
+    with a generator of its own (the evaluation's scores are those of a run without videos), and
+    records it to ``videos/step_<N>.mp4`` (:mod:`acer_sync.rollout.video`); :attr:`new_videos` lists
+    ``(step, path)`` of those not yet taken (by ``--track``)."""
+
+    def __init__(self, config: Config, checkpoints: CheckpointCallback | None = None, run_dir: Path | None = None):
         self.config = config
         self.checkpoints = checkpoints
+        self.videos_dir = Path(run_dir) / "videos" if config.capture_video and run_dir is not None else None
         self.env: VecEnv | None = None
+        self.video_env: VecEnv | None = None
         self.generator = None
+        self.video_generator = None
+        self.new_videos: list[tuple[int, Path]] = []
         self.next_eval = 0
         self.best_mean = math.nan
 
     def on_training_start(self, trainer) -> None:
         self.generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 1)
+        self.video_generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 2)
         self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
@@ -224,11 +237,13 @@ class EvalCallback(Callback):
                 trainer.info, min(cfg.eval_episodes, cfg.num_envs), trainer.env.backend, num_threads=cfg.threads,
                 timeout=cfg.env_timeout,
             )
+        seed = cfg.seed + 1_000_003 * (1 + trainer.timesteps // max(cfg.eval_every, 1))
         scores = evaluate(
-            trainer.model, self.env, cfg.eval_episodes, trainer.device, greedy=cfg.eval_greedy,
-            seed=cfg.seed + 1_000_003 * (1 + trainer.timesteps // max(cfg.eval_every, 1)), generator=self.generator,
-            precision=cfg.precision,
+            trainer.model, self.env, cfg.eval_episodes, trainer.device, greedy=cfg.eval_greedy, seed=seed,
+            generator=self.generator, precision=cfg.precision,
         )
+        if self.videos_dir is not None:
+            self.new_videos.append((trainer.timesteps, self.record(trainer, seed)))
         return {
             "eval_mean": float(np.mean(scores)),
             "eval_std": float(np.std(scores)),
@@ -236,9 +251,30 @@ class EvalCallback(Callback):
             "eval_seconds": round(time.perf_counter() - start, 2),
         }
 
+    def record(self, trainer, seed: int) -> Path:
+        """One game played as the evaluation plays them, recorded to ``videos/step_<N>.mp4``."""
+        if self.video_env is None:
+            self.video_env = video_env(trainer.info)
+        try:
+            self.videos_dir.mkdir(exist_ok=True)
+        except OSError as error:
+            raise WriteFailed(self.videos_dir, error) from None
+        recorder = VideoRecorder(self.video_env, self.videos_dir / f"step_{trainer.timesteps:010d}.mp4")
+        try:
+            evaluate(
+                trainer.model, self.video_env, 1, trainer.device, greedy=self.config.eval_greedy, seed=seed,
+                generator=self.video_generator, on_step=recorder, precision=self.config.precision,
+            )
+            return recorder.finish()
+        except OSError as error:
+            raise WriteFailed(recorder.path, error) from None
+        finally:
+            recorder.discard()
+
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        if self.env is not None:
-            self.env.close()
+        for env in (self.env, self.video_env):
+            if env is not None:
+                env.close()
 
     def state(self) -> dict:
         return {} if math.isnan(self.best_mean) else {"best_mean": self.best_mean}
@@ -355,9 +391,17 @@ def run_callbacks(
     """A run's callbacks in the order they run: the built-ins (the module docstring), with the
     ``on_progress`` shorthand right after the row is written, then the user's."""
     checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
-    evaluation = [EvalCallback(config, checkpoints)] if config.eval_every else []
+    evaluation = [EvalCallback(config, checkpoints, run_dir)] if config.eval_every else []
     progress_rows = [ProgressRows(on_progress)] if on_progress is not None else []
+    if config.track:
+        from acer_sync.training.tracking import WandbCallback
+
+        tracking = [WandbCallback(run_dir, config, evaluation[0] if evaluation else None)]
+    else:
+        tracking = []
     bar = [ProgressBar(config.total_timesteps)] if progress_bar else []
     user = list(user)
-    callbacks = [*evaluation, ProgressCallback(run_dir, config, resume_step), *progress_rows, *bar, checkpoints, *user]
+    callbacks = [
+        *evaluation, ProgressCallback(run_dir, config, resume_step), *progress_rows, *tracking, *bar, checkpoints, *user,
+    ]
     return CallbackList(callbacks, user=progress_rows + user)

@@ -20,6 +20,7 @@ from acer_sync.nets.precision import slow_bf16_warning
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
+from acer_sync.rollout.video import render_headless
 from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import Callback, CallbackList, run_callbacks
 from acer_sync.training.checkpoint import load_buffer, remove_leftovers, restore
@@ -97,6 +98,8 @@ def build_trainer(
         times the bare iteration without them.
     """
     callbacks = list(callbacks)
+    if config.capture_video:
+        render_headless()  # before an env first imports MuJoCo or pygame
     # torch's thread count is the process's: the Trainer gives the caller's back when it closes
     # (the classic and continuous presets set 1, and a library user's process goes on after the run).
     threads_before = torch.get_num_threads()

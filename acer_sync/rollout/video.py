@@ -1,0 +1,149 @@
+"""Games recorded to mp4, for ``play.py --video`` and the evaluation's ``capture_video``.
+
+A video is written beside its name and renamed over it once it holds every frame: a full disk or
+a stopped run leaves no broken mp4 under the name (and whatever was there before stays).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.rollout.evaluation import EnvStep
+from atari.envs import EnvInfo, VecEnv
+
+VIDEO_FPS = 30
+#: MuJoCo's headless OpenGL backend, unless MUJOCO_GL is already set: EGL (a GPU driver, or Mesa's),
+#: or OSMesa (software, Debian's libosmesa6) with MUJOCO_GL=osmesa.
+HEADLESS_GL = "egl"
+
+
+#: What lets an env render frames off-screen, where the user has not set it: MuJoCo's OpenGL
+#: backend, and SDL's (pygame, for classic control) drivers without a window or sound, which would
+#: otherwise print "XDG_RUNTIME_DIR is invalid" and ALSA's errors on a machine without a desktop.
+OFF_SCREEN = {
+    "MUJOCO_GL": HEADLESS_GL, "SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy", "PYGAME_HIDE_SUPPORT_PROMPT": "1",
+}
+
+
+def render_headless() -> None:
+    """Let envs render frames without a display (:data:`OFF_SCREEN`). Read when MuJoCo or pygame is
+    first imported (when such an env is first built), so call it before."""
+    for name, value in OFF_SCREEN.items():
+        os.environ.setdefault(name, value)
+
+
+def video_env(info: EnvInfo) -> VecEnv:
+    """One env of ``info`` that renders RGB frames, filmed as :func:`follow_the_agent` says."""
+    try:
+        env = VecEnv(info, 1, "sync", render_mode="rgb_array")
+    except gym.error.DependencyNotInstalled as error:
+        raise UserError(f"rendering {info.env_id} needs a missing package: {_first_line(error)}") from None
+    follow_the_agent(env)
+    return env
+
+
+def check_renders(info: EnvInfo) -> None:
+    """A one-line UserError where ``info``'s env cannot render frames here (a missing package, no
+    headless OpenGL); nothing is left open."""
+    render_headless()
+    env = video_env(info)
+    try:
+        env.reset(seed=0)
+        render(env)
+    finally:
+        env.close()
+
+
+def render(env: VecEnv) -> np.ndarray:
+    """The RGB frame of env 0, or a one-line UserError where it cannot render."""
+    try:
+        return np.asarray(env.render())
+    except gym.error.DependencyNotInstalled as error:
+        raise UserError(f"rendering {env.info.env_id} needs a missing package: {_first_line(error)}") from None
+    except UserError:
+        raise
+    except Exception as error:  # each GL backend fails in its own way (EGLError, FatalError, ...)
+        raise UserError(
+            f"cannot render {env.info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
+            f"({type(error).__name__}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
+        ) from None
+
+
+def follow_the_agent(env: VecEnv) -> None:
+    """Film a MuJoCo task from its model's ``track`` camera, which follows the body.
+
+    gymnasium's default is a camera fixed in the world (unless a camera is named), from which
+    HalfCheetah-v5 runs out of the picture within seconds. Other envs are left as they are.
+    """
+    renderer = getattr(env.first_env().unwrapped, "mujoco_renderer", None)
+    if renderer is None:
+        return
+    import mujoco
+
+    track = mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
+    if track >= 0:
+        renderer.camera_id = track
+
+
+class VideoRecorder:
+    """Records env 0 of ``env`` to ``path``: an ``on_step`` of
+    :func:`~acer_sync.rollout.evaluation.evaluate` (a frame after the reset and after each step);
+    :meth:`finish` puts the whole video under its name, :meth:`discard` drops what was written."""
+
+    def __init__(self, env: VecEnv, path: Path):
+        self.env, self.path = env, Path(path)
+        self.part = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp{self.path.suffix}")
+        self.writer = None
+        self.frames = 0
+
+    def __call__(self, step: EnvStep | None) -> None:
+        frame = render(self.env)
+        if self.writer is None:
+            import cv2
+            import cv2.utils.logging
+
+            # A failed write is reported once, by finish, not as OpenCV's and FFmpeg's warnings for
+            # each frame and for the unreadable file.
+            cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+            os.environ["OPENCV_FFMPEG_LOGLEVEL"] = "-8"
+            height, width = frame.shape[:2]
+            self.writer = cv2.VideoWriter(str(self.part), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
+            if not self.writer.isOpened():
+                raise UserError(f"opencv cannot write an mp4 to {self.path}")
+        self.writer.write(frame[..., ::-1].copy())  # RGB to BGR
+        self.frames += 1
+
+    def finish(self) -> Path:
+        """Close the video and rename it over :attr:`path` once it holds every frame written; opencv
+        reports no failed write (a full disk), so the frames are counted back."""
+        import cv2
+
+        self._release()
+        capture = cv2.VideoCapture(str(self.part))
+        frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if capture.isOpened() else 0
+        capture.release()
+        if frames < self.frames:
+            free = shutil.disk_usage(self.part.parent).free
+            self.discard()
+            raise WriteFailed(self.path, f"only {frames} of its {self.frames} frames reached the file ({free / 1e6:.1f} MB free on its disk)")
+        os.replace(self.part, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        self._release()
+        self.part.unlink(missing_ok=True)
+
+    def _release(self) -> None:
+        if self.writer is not None:
+            self.writer.release()
+            self.writer = None
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0]

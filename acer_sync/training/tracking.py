@@ -1,0 +1,78 @@
+"""``--track``: a run's progress rows, config and evaluation videos in Weights & Biases, as CleanRL's
+``--track`` logs them.
+
+The rows are logged as they are written to ``progress.csv``, at the agent step they were written
+(``wandb.log(row, step=timesteps)``), not by syncing TensorBoard's files, which made the run wait
+about 10 s at its end. W&B keeps its own files under the run directory's ``wandb/``; with
+``WANDB_MODE=offline`` that is all it does (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads them
+later). The W&B run's id is saved in the checkpoint, so a resumed run logs on into the same W&B run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from acer_sync.base.config import Config
+from acer_sync.base.errors import UserError
+from acer_sync.base.log import log
+from acer_sync.base.outcome import Outcome
+from acer_sync.training.callbacks import Callback, EvalCallback
+
+
+def check_wandb() -> None:
+    """A one-line UserError where ``--track`` cannot import wandb."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise UserError("--track logs to Weights & Biases, which is not installed: pip install wandb") from None
+
+
+class WandbCallback(Callback):
+    """Logs each progress row (numbers only), the config once, and each video the evaluation
+    recorded (``capture_video``) to a W&B run named after the run directory."""
+
+    def __init__(self, run_dir: Path, config: Config, evaluation: EvalCallback | None = None):
+        self.run_dir = run_dir
+        self.config = config
+        self.evaluation = evaluation
+        self.run = None
+        self.run_id: str | None = None
+
+    def on_training_start(self, trainer) -> None:
+        import wandb
+
+        cfg = self.config
+        self.run = wandb.init(
+            project=cfg.wandb_project, entity=cfg.wandb_entity or None, name=self.run_dir.name, id=self.run_id,
+            resume="allow", dir=str(self.run_dir), config=dataclasses.asdict(cfg), reinit="create_new",
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+        )
+        self.run_id = self.run.id
+        offline = Path(self.run.dir).parent
+        where = f"offline, in {offline}; upload it with wandb sync {offline}" if self.run.settings.mode == "offline" else self.run.url
+        log.info(f"W&B run {self.run.id} ({where})")
+
+    def on_rollout_end(self, trainer, row: dict) -> None:
+        if row:
+            numbers = {name: value for name, value in row.items()
+                       if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+            self.run.log(numbers, step=trainer.timesteps)
+        if self.evaluation is not None and self.evaluation.new_videos:
+            import wandb
+
+            for step, path in self.evaluation.new_videos:
+                self.run.log({"eval_video": wandb.Video(str(path), format="mp4")}, step=step)
+            self.evaluation.new_videos.clear()
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=0 if outcome.finished else 1)
+            self.run = None
+
+    def state(self) -> dict:
+        return {} if self.run_id is None else {"run_id": self.run_id}
+
+    def load_state(self, state: dict) -> None:
+        self.run_id = state.get("run_id")

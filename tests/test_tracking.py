@@ -1,0 +1,117 @@
+"""``--track`` (Weights & Biases, offline here), ``--capture-video``, and play.py's recording of envs
+drawn by pygame without a display."""
+
+import os
+import subprocess
+import sys
+
+import cv2
+import pytest
+
+from acer_sync.base.config import Config, build_config
+from acer_sync.cli.args import FLAG_GROUPS
+from acer_sync.sweeps.spec import load_sweep
+from helpers import ROOT, one_line_error, read_progress
+
+CARTPOLE = ["--env", "CartPole-v1", "--eval-every", "800", "--eval-episodes", "2", "--no-progress"]
+#: An interpreter in which some packages cannot be imported, as where they are not installed.
+WITHOUT = """
+import sys
+sys.path.insert(0, {root!r})
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {missing!r}:
+            raise ImportError(f"No module named {{name!r}}")
+sys.meta_path.insert(0, Missing())
+from acer_sync.__main__ import run_command
+run_command({command!r}, sys.argv[1:], {command!r} + ".py")
+"""
+
+
+def run(args: list, cwd=ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def without(missing: list[str], command: str, *args) -> list:
+    return ["-c", WITHOUT.format(root=str(ROOT), missing=missing, command=command), *args]
+
+
+def mp4_frames(path) -> int:
+    capture = cv2.VideoCapture(str(path))
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    capture.release()
+    return frames
+
+
+def test_track_writes_an_offline_wandb_run_with_rows_config_and_videos_and_resumes_into_it(tmp_path):
+    run_dir = tmp_path / "run"
+    offline = {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    result = run([ROOT / "train.py", *CARTPOLE, "--total-timesteps", "1600", "--capture-video", "--track",
+                  "--wandb-project", "acer-tests", "--run-dir", run_dir], env=offline)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # nothing from W&B, SDL or ALSA
+    assert "W&B run " in result.stdout and "wandb sync" in result.stdout
+    first = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(first) == 1
+    records = next(first[0].glob("run-*.wandb")).read_bytes()
+    for name in (b"mean_episode_reward", b"loss_q", b"eval_mean", b"eval_video", b"acer-tests", b"replay_ratio"):
+        assert name in records  # the rows, the video's key, the project and the config
+    videos = sorted((run_dir / "videos").glob("step_*.mp4"))
+    assert [path.name for path in videos] == ["step_0000000800.mp4", "step_0000001600.mp4"]
+    assert all(mp4_frames(path) > 5 for path in videos)
+    assert len(list((first[0] / "files" / "media" / "videos").glob("*.mp4"))) == 2
+    # a resume logs on into the same W&B run
+    resumed = run([ROOT / "train.py", "--resume", run_dir, "--total-timesteps", "2400", "--no-progress"], env=offline)
+    assert resumed.returncode == 0, resumed.stderr
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and runs[0].name.split("-")[-1] == runs[1].name.split("-")[-1]
+
+
+def test_videos_leave_the_evaluation_scores_as_they_were(tmp_path):
+    plain, filmed = tmp_path / "plain", tmp_path / "filmed"
+    for run_dir, extra in ((plain, []), (filmed, ["--capture-video"])):
+        result = run([ROOT / "train.py", *CARTPOLE, "--total-timesteps", "1600", "--run-dir", run_dir, *extra])
+        assert result.returncode == 0, result.stderr
+    columns = ("total_timesteps", "eval_mean", "eval_std", "mean_episode_reward", "loss_q")
+    assert [[row[c] for c in columns] for row in read_progress(plain)] == [[row[c] for c in columns] for row in read_progress(filmed)]
+    assert not (plain / "videos").exists() and len(list((filmed / "videos").iterdir())) == 2
+
+
+@pytest.mark.parametrize(
+    "args, missing, message",
+    [
+        (["--track"], ["wandb"], "--track logs to Weights & Biases, which is not installed: pip install wandb"),
+        (["--capture-video", "--eval-every", "0"], [], "--capture-video records a game at each evaluation: give --eval-every > 0"),
+        (["--capture-video"], ["pygame"], "rendering CartPole-v1 needs a missing package"),
+    ],
+)
+def test_tracking_and_video_mistakes_are_one_line_errors_before_anything_is_written(args, missing, message, tmp_path):
+    result = run(without(missing, "train", "--env", "CartPole-v1", *args, "--run-dir", tmp_path / "run"))
+    assert message in one_line_error(result)
+    assert not (tmp_path / "run").exists()
+
+
+def test_play_records_a_pygame_env_without_a_display_quietly_and_leaves_nothing_when_it_cannot(tmp_path):
+    run_dir = tmp_path / "run"
+    trained = run([ROOT / "train.py", "--env", "CartPole-v1", "--total-timesteps", "400", "--no-progress", "--run-dir", run_dir])
+    assert trained.returncode == 0, trained.stderr
+    video, actions = tmp_path / "cartpole.mp4", tmp_path / "steps.csv"
+    env = {name: "" for name in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR")}
+    played = run([ROOT / "play.py", run_dir, "--episodes", "1", "--video", video, "--actions", actions], env=env)
+    assert played.returncode == 0 and played.stderr == ""  # no "XDG_RUNTIME_DIR is invalid", no ALSA lines
+    assert mp4_frames(video) == len(actions.read_text().splitlines())  # the reset's frame, then one a step
+    video.unlink()
+    actions.unlink()
+    failed = run(without(["pygame"], "play", run_dir, "--video", video, "--actions", actions))
+    assert "rendering CartPole-v1 needs a missing package" in one_line_error(failed)
+    assert list(tmp_path.iterdir()) == [run_dir]  # no video, and no --actions file of only its header
+
+
+def test_sweeps_pass_track_to_their_trials(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: s\nenvs: [CartPole-v1]\nseeds: [0, 1]\nsettings: {track: true, wandb_project: p}\n")
+    trials = load_sweep(path).trials
+    assert [(trial.config.track, trial.config.wandb_project) for trial in trials] == [(True, "p"), (True, "p")]
+    assert build_config(False, {}).track is False and Config().wandb_project == "acer_sync"
+    assert {"track", "wandb_project", "wandb_entity", "capture_video"} <= set(FLAG_GROUPS["run and logging"])
