@@ -99,9 +99,7 @@ class Config:
         metavar="MODULE:CLASS",
     )
     torso_kwargs: dict = field(default_factory=dict, metadata={"help": "keyword arguments for the --torso class: KEY=VALUE pairs, each value read as YAML"})
-    # stored is the default because it won on popgym-PositionOnlyCartPoleEasy-v0 (3 seeds each, 150k
-    # steps, README "Recurrent policies"): stored reached a 100-episode mean of 0.95 on 3 of 3 seeds,
-    # burn_in on 2 (earlier, at 42k and 47k, but its late mean was lower), zero on 1.
+    # stored is the default because it won on a POPGym task against burn_in and zero (docs/recurrent.md).
     replay_state: str = _f(
         "stored", "where a recurrent network's replay starts: stored (the state the acting network carried into the "
         "segment), burn_in (off-policy only: the previous segment's stored state, unrolled through that segment "
@@ -150,9 +148,7 @@ PRESETS: dict[str, dict] = {
     "atari": dict(lr_schedule="constant"),
     # Classic control (CartPole-v1, Acrobot-v1, LunarLander-v3, ...): small MLP, small buffer,
     # replay from early on, and a run length that solves CartPole-v1. One torch thread and the
-    # envs in the trainer's process: on the 2-core CPU CartPole ran at 4,727 steps/s so against
-    # 123 with the defaults (subproc, 2 threads) while two other processes shared the cores, and
-    # at 7,429 against 4,000 on the idle machine (README, Performance).
+    # envs in the trainer's process, measured faster (docs/performance.md, the presets' threads).
     "classic": dict(
         vec_env="sync",
         threads=1,
@@ -169,10 +165,8 @@ PRESETS: dict[str, dict] = {
     # Continuous control (MuJoCo, Pendulum-v1): the paper's §5 setup where it fits one process
     # (c = 5, α = 0.995, replay of 5,000 steps per env; δ = 0.25 from its [0.1, 2] range), with
     # observation normalization and a reward scale. k = 20 and replay ratio 8 instead of the
-    # paper's k = 50 with its 16 threads: measured faster on InvertedPendulum-v5 and Pendulum-v1,
-    # and δ = 0.25 learned Pendulum-v1 on every seed tried where δ = 1 failed on one (README).
-    # One torch thread: HalfCheetah-v5 ran at 1,167 steps/s with it and 75 with 2 threads while
-    # two other processes shared the 2 cores, and at 1,077 against 1,000 on the idle machine.
+    # paper's k = 50 with its 16 threads, δ = 0.25, and one torch thread: each measured
+    # (docs/continuous.md, and docs/performance.md for the threads).
     "continuous": dict(
         threads=1,
         total_timesteps=1_000_000,
@@ -198,9 +192,8 @@ PRESETS: dict[str, dict] = {
 
 
 #: What a network with memory (``--network lstm``, with or without ``--torso``) changes in the classic
-#: preset, before the env's own file: segments of 10 steps, replay ratio 8, lr 2e-3. Measured on three
-#: POPGym tasks without env files, 3 seeds each, against the classic preset's 20, 4 and 1e-3 and
-#: against the feed-forward net (README, Recurrent policies). Atari's ``cnn_lstm`` keeps the Atari
+#: preset, before the env's own file: segments of 10 steps, replay ratio 8, lr 2e-3, measured against
+#: the classic preset's 20, 4 and 1e-3 (docs/recurrent.md, The LSTM preset). Atari's ``cnn_lstm`` keeps the Atari
 #: preset, and the continuous preset (replay ratio 8 already) is unchanged.
 RECURRENT_CLASSIC = dict(nsteps=10, replay_ratio=8.0, lr=2e-3)
 

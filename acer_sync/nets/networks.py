@@ -26,14 +26,13 @@ run's settings into a spec, :func:`acer_sync.nets.build.build_model`.
 **Initialisation**, one scheme, applied once every part exists (:meth:`ActorCriticNet.initialise`):
 
 1. every layer starts at PyTorch's default (the MLPs, the LSTM);
-2. the Nature CNN's layers (each image part's too): orthogonal, gain √2, zero biases (Baselines' Atari init: with the
-   default, the activations' RMS falls 2.1–2.5× at each of its four layers);
+2. the Nature CNN's layers (each image part's too): orthogonal, gain √2, zero biases (Baselines' Atari init;
+   docs/design.md, Initialisation, has why);
 3. the policy's output (π's logits, a Gaussian's mean): orthogonal, gain 0.01, so π starts near
    uniform and the mean near the middle of the Box;
 4. a critic output (Q, V) that sits on the shared features (the CNN's, the LSTM's, a user's
    torso's): orthogonal, gain 1 (Baselines). One after a critic MLP of its own (vector nets, and
-   the SDN's A) keeps the default: orthogonal gain 1 there cost Pendulum 10 points of mean return
-   over 5 seeds (−178 against −167 at 100k steps).
+   the SDN's A) keeps the default (docs/design.md, Initialisation, has the measurement).
 
 A user's torso keeps the initialisation its class gives it.
 """

@@ -10,7 +10,7 @@ optimizer's state and the checkpoints stay float32: autocast casts copies of the
 pass, and backward sends the gradients back to the float32 leaves.
 
 Only the convolutional nets (:data:`BF16_ARCHS`) run in bf16: the small MLPs of classic control
-and MuJoCo were measured slower under autocast (the README's Performance section), so their
+and MuJoCo were measured slower under autocast (docs/performance.md), so their
 passes stay float32 under ``--precision bf16``.
 """
 
@@ -120,7 +120,7 @@ def slow_bf16_warning(precision: str, device: torch.device, model: torch.nn.Modu
     """One line to warn that bf16 will be slower than fp32 on ``device``, or None.
 
     bf16 without native support is emulated: correct, only slower. The run goes on (see the
-    README's Performance section for why it warns rather than refuses).
+    docs/performance.md for why it warns rather than refuses).
     """
     if not runs_in_bf16(model, precision):
         return None

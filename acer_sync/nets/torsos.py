@@ -90,10 +90,9 @@ class NatureCNN(nn.Module):
         self.features_dim = features_dim
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        # channels_last (NHWC) convolutions measured 11% faster per update on the 2-core CPU. The
-        # frames go straight to the dtype the convolutions compute in: float32, or bf16 under bf16
-        # autocast, where a float32 copy first would cost autocast two more passes over the batch
-        # (the update measured 1.5x faster than fp32 with it, 2.2x without it).
+        # channels_last (NHWC) convolutions, and the frames straight to the dtype the convolutions
+        # compute in: float32, or bf16 under bf16 autocast, where a float32 copy first would cost
+        # autocast two more passes over the batch (both measured: docs/performance.md, bf16).
         device_type = obs.device.type
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else torch.float32
         frames = obs.reshape(obs.shape[0], -1, *obs.shape[-2:])  # [B, stack·C, H, W]

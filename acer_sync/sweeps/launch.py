@@ -43,7 +43,7 @@ TUNE_DIR = "tune"
 RECORD_FILE = "sweep.json"
 #: Not shipped to the cluster's nodes with ``--address`` (the sweep's own directory is left out too,
 #: wherever it is): runs, git's data (a file in a git worktree), environments, pictures.
-#: docs/ holds the README's figures, videos and reference runs: no trial reads them, and they would
+#: docs/ holds the docs site's figures, videos and reference runs: no trial reads them, and they would
 #: count against Ray's upload limit (tests/test_cluster.py lowers it to 1 MiB; the Breakout video is 1.2 MB).
 CODE_EXCLUDES = ["runs/", ".git", ".venv/", "*.png", "__pycache__/", "/docs/"]
 #: The name of the sweep's :class:`~acer_sync.sweeps.trial.StopRequest` actor.
@@ -53,7 +53,7 @@ STORAGE_CHECK_SECONDS = 120
 ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed)\b.*?: .+")
 PACKAGE_TOO_LARGE = re.compile(r"Package size \((?P<size>[\d.]+ ?MiB)\) exceeds the maximum size of (?P<limit>[\d.]+ ?MiB)")
 MAX_ERROR_CHARS = 300
-#: How a machine gets the cluster's authentication token (the README's cluster section says more).
+#: How a machine gets the cluster's authentication token (docs/many-runs.md says more).
 TOKEN_FIX = "copy the head's ~/.ray/auth_token to ~/.ray/auth_token on this machine, or set RAY_AUTH_TOKEN to it"
 
 
