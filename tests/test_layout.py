@@ -12,7 +12,7 @@ from pathlib import Path
 from helpers import ROOT
 
 #: The floors of ``acer_sync``, bottom first: a module may import its own floor and those below.
-FLOORS = ("math", "base", "nets", "replay", "rollout", "training", "api", "sweeps")
+FLOORS = ("math", "base", "nets", "replay", "rollout", "training", "api", "sweeps", "cli")
 #: Scripts at the top level: nothing in a package imports them.
 SCRIPTS = {path.stem for path in ROOT.glob("*.py")}
 #: What the pure math never imports: envs, command lines, files, processes.
@@ -45,6 +45,8 @@ def package_modules() -> dict[str, set[str]]:
 
 def floor_of(module: str) -> str | None:
     parts = module.split(".")
+    if parts[:2] == ["acer_sync", "__main__"]:
+        return "cli"  # ``python -m acer_sync`` and the console scripts: the command line's door
     return parts[1] if parts[0] == "acer_sync" and len(parts) > 1 and parts[1] in FLOORS else None
 
 

@@ -471,9 +471,9 @@ def shipped_env_files() -> list[Path]:
 
 @pytest.mark.parametrize("path", shipped_env_files(), ids=lambda path: path.stem)
 def test_shipped_env_files_hold_only_what_their_reported_runs_used(path):
-    """Each setting of a shipped env file is what the README's reported runs of that env ran with
+    """Each setting of a shipped env file is what the reported runs of that env (docs/results.md) ran with
     (docs/runs/<EnvId>*/config.json), and differs from the preset; threads may come from
-    OMP_NUM_THREADS=1, which the README's Continuous control runs all used."""
+    OMP_NUM_THREADS=1, which the reported continuous-control runs all used."""
     env_id = path.stem
     _, settings = load_env_settings(env_id)
     assert settings, path

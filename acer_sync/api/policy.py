@@ -1,10 +1,10 @@
 """A trained policy in your own code: ``acer_sync.load(run).predict(obs)``, as Stable-Baselines3 does it.
 
-:func:`load` reads a run directory's latest checkpoint (or a checkpoint file) without running
-code (``weights_only=True``), and :meth:`Policy.predict` acts on observations as the env returns
-them. For Atari, :func:`make_env` gives the env whose observations the policy was trained on:
-DeepMind preprocessing and a 4-frame stack, zero before an episode's first frame, exactly as the
-training and evaluation Actor (:class:`acer_sync.rollout.actor.Actor`) stacks them.
+[`load`][] reads a run directory's latest checkpoint (or a checkpoint file) without running code
+(``weights_only=True``), and [`Policy.predict`][] acts on observations as the env returns them. For
+Atari, [`make_env`][] gives the env whose observations the policy was trained on: DeepMind
+preprocessing and a 4-frame stack, zero before an episode's first frame, exactly as the training
+and evaluation Actor (``acer_sync.rollout.actor.Actor``) stacks them.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from atari.envs import (
 )
 from atari.episodes import LifeLossActionsWrapper
 
-#: A recurrent policy's state, as :meth:`Policy.predict` takes and returns it: ``(h, c)``, ``[n, size]`` each.
+#: A recurrent policy's state, as ``Policy.predict`` takes and returns it: ``(h, c)``, ``[n, size]`` each.
 PolicyState = tuple[np.ndarray, ...]
 
 
@@ -52,10 +52,10 @@ class Policy:
     :param env_id: the env it was trained on.
     :param device: where ``model`` lives.
     :param env_kwargs: the keyword arguments the run made its envs with (``--env-kwargs``).
-    :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`): the run's.
+    :param precision: what the network's passes compute in (``acer_sync.nets.precision``): the run's.
     :param observation_space: the env's own observation space, where training turned its
         observations into frames of another shape (an int of a Discrete space, a Dict, a Tuple, an
-        HWC image: :func:`atari.envs.adapt_observations`); ``predict`` turns them the same way.
+        HWC image: ``atari.envs.adapt_observations``); ``predict`` turns them the same way.
     """
 
     def __init__(
@@ -71,8 +71,8 @@ class Policy:
         self.device = device
         stacked = tuple(model.obs_shape)
         #: The shape of one observation as the env returns it: the frame stack ``[4, 84, 84]``
-        #: of :func:`make_env` for Atari, the env's own vector otherwise; for an observation of
-        #: several parts, a dict of them, as :func:`make_env` gives them (images channels first).
+        #: of ``make_env`` for Atari, the env's own vector otherwise; for an observation of
+        #: several parts, a dict of them, as ``make_env`` gives them (images channels first).
         self.observation_shape = stacked if stacked[0] > 1 else stacked[1:]
         parts_spec = model.spec().get("obs_parts", [])
         if parts_spec:
@@ -90,9 +90,9 @@ class Policy:
 
         :param observation: one observation as the env returns it (an int for a Discrete space, a
             dict for a Dict, a tuple for a Tuple, an HWC image, a vector; Atari: the stacked frames
-            of :func:`make_env`), or a batch of them as a gymnasium vector env returns it (a dict
-            of arrays ``[n, ...]`` for a Dict), or frames as training stores them
-            (:attr:`observation_shape`, ``[n, *observation_shape]``).
+            of [`make_env`][]), or a batch of them as a gymnasium vector env returns it (a dict of
+            arrays ``[n, ...]`` for a Dict), or frames as training stores them
+            (``policy.observation_shape``, ``[n, *observation_shape]``).
         :param state: what the previous call returned (None at the start; always None for a
             feed-forward policy).
         :param episode_start: per observation, whether an episode starts at it (its state is reset
@@ -153,7 +153,7 @@ class Policy:
         raise UserError(f"predict takes an observation of {expected}, got {got}" + self._stack_hint())
 
     def _part_frames(self, observation) -> tuple[dict[str, np.ndarray], bool]:
-        """A multi-part observation (or a batch) given as :func:`make_env`'s frames: a dict of parts."""
+        """A multi-part observation (or a batch) given as ``make_env``'s frames: a dict of parts."""
         shapes = self.observation_shape
         if isinstance(observation, dict) and set(observation) == set(shapes):
             arrays = {key: np.asarray(observation[key]) for key in shapes}
@@ -255,7 +255,7 @@ def make_env(
     env_id: str | Callable[[], gym.Env], render_mode: str | None = None, noop_max: int = NOOP_MAX,
     env_kwargs: dict | None = None,
 ) -> gym.Env:
-    """A gymnasium env whose observations :meth:`Policy.predict` takes as they come.
+    """A gymnasium env whose observations [`Policy.predict`][] takes as they come.
 
     For Atari ids: the DeepMind preprocessing of training (no-op starts, 4-frame skip with max-pool,
     FIRE at reset, 84×84 grayscale), a stack of the last 4 frames ``[4, 84, 84]`` with zeros before

@@ -1,13 +1,13 @@
 """The library's door for training: ``acer_sync.train(env, **settings)``.
 
-``train.py`` and the sweep trials run through :func:`run`, so a run started from Python is the
-same as one started from the command line: a run directory with ``config.json``,
-``progress.csv``, ``tb/`` and ``checkpoints/``. Everything is checked before anything is written
-(:func:`check_config` is the one check of a run's settings, for flags, config files, sweep files
-and the API alike); a mistake is one :class:`UserError` with a one-line message, and leaves no
-directory behind. The library never exits and never prints an ``error:`` line: a run returns an
-:class:`~acer_sync.base.outcome.Outcome`, which the scripts turn into exit codes
-(:mod:`acer_sync.base.errors`) and :func:`train` into a return value or a :class:`TrainingStopped`.
+``train.py`` and the sweep trials run through [`run`][], so a run started from Python is the same as
+one started from the command line: a run directory with ``config.json``, ``progress.csv``, ``tb/``
+and ``checkpoints/``. Everything is checked before anything is written ([`check_config`][] is the
+one check of a run's settings, for flags, config files, sweep files and the API alike); a mistake is
+one [`UserError`][atari.errors.UserError] with a one-line message, and leaves no directory behind.
+The library never exits and never prints an ``error:`` line: a run returns an ``Outcome``
+(``acer_sync.base.outcome``), which the scripts turn into exit codes (``acer_sync.base.errors``) and
+[`train`][] into a return value or a [`TrainingStopped`][].
 
 An env is an id, as for ``--env``, or a zero-argument callable that returns a gymnasium env. A
 callable is registered with gymnasium under ``acer_sync-callable/<module>.<name>`` (what
@@ -59,8 +59,8 @@ class TrainingStopped(RuntimeError):
     SIGTERM, after saving its checkpoint), an env that failed or hung, a file that could not be
     written (a full disk), or too many non-finite updates in a row.
 
-    ``outcome`` says which (:class:`~acer_sync.base.outcome.Outcome`), and ``outcome.run_dir`` holds
-    the checkpoint: ``acer_sync.train(resume=outcome.run_dir)`` continues the run.
+    ``outcome`` says which (an ``Outcome`` of ``acer_sync.base.outcome``: ``outcome.stop``), and
+    ``outcome.run_dir`` holds the checkpoint: ``acer_sync.train(resume=outcome.run_dir)`` continues the run.
     """
 
     def __init__(self, outcome: Outcome):
@@ -84,19 +84,21 @@ def train(
     :param run_dir: the run directory (default: ``runs/<env>__<seed>__<time>``); it must not
         already hold a run.
     :param resume: continue the run in this directory from its latest checkpoint instead;
-        ``settings`` may then change only ``total_timesteps``, ``device``, ``threads``, ``precision`` and
-        ``env_timeout``, and ``env`` (needed again for a run of a callable) must be the run's own.
-    :param callbacks: :class:`~acer_sync.training.callbacks.Callback` instances, called around each
+        ``settings`` may then change only those in ``acer_sync.base.config.RESUMABLE_CHANGES``
+        (``total_timesteps``, ``device``, ``threads``, ``precision``, ``env_timeout``, ``compile``,
+        ``pipeline``, ``replay_device``, ``track``, ``wandb_project``, ``wandb_entity``), and ``env``
+        (needed again for a run of a callable) must be the run's own.
+    :param callbacks: [`Callback`][acer_sync.training.callbacks.Callback] instances, called around each
         iteration after the built-in ones (evaluation, progress rows, checkpoints); one that returns
         False stops the run (a checkpoint is saved, and ``train`` returns); an exception raised in
         one saves a checkpoint, then propagates.
     :param verbose: 1 shows what the run says (the run directory, the buffer's size, resuming) on
         standard output and its warnings on standard error, through the ``acer_sync`` logger
-        (:mod:`acer_sync.base.log`); 0 shows nothing but errors, and no progress bar.
+        (``acer_sync.base.log``); 0 shows nothing but errors, and no progress bar.
     :param progress_bar: show a tqdm bar (with ``verbose`` 1).
     :param on_progress: called with each progress row, after it is written to ``progress.csv``.
     :param on_checkpoint: called with the path of ``latest.pt`` after each checkpoint.
-    :param settings: :class:`~acer_sync.base.config.Config` fields by name (``train.py``'s flags with
+    :param settings: [`Config`][acer_sync.base.config.Config] fields by name (``train.py``'s flags with
         ``_`` for ``-``), over the env's preset.
     :raises UserError: for bad input (one line; nothing is written).
     :raises TrainingStopped: when the run stopped before ``total_timesteps``, and not by a callback.
@@ -117,7 +119,7 @@ def run(
     command: list[str] | None = None, commit: str | None = None, on_start: Callable[[Trainer], None] | None = None,
     **settings,
 ) -> Outcome:
-    """:func:`train`, returning the run's :class:`~acer_sync.base.outcome.Outcome` however it ended
+    """[`train`][], returning the run's ``Outcome`` however it ended
     (the scripts turn it into an exit code). ``command`` is what ``config.json`` records as the
     command line (default: the call itself), ``commit`` the code's git commit (default: asked of
     git here; a sweep's trials get the driver's). ``on_start`` is called with the Trainer before
@@ -201,7 +203,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
 
 def check_config(config: Config, info: EnvInfo) -> None:
     """The one check of a run's settings on its env, for the flags, config files, sweep files and
-    the API: every problem :func:`~acer_sync.base.config.validate` finds, observation normalization on
+    the API: every problem ``acer_sync.base.config.validate`` finds, observation normalization on
     Atari frames, and a network that does not fit the observations, as a one-line UserError."""
     problems = validate(config)
     if problems:
@@ -245,7 +247,7 @@ def callable_env_id(make_env: Callable[[], gym.Env]) -> str:
 
 
 def is_callable_env(env_id: str) -> bool:
-    """Whether ``env_id`` names an env callable (see :func:`register_callable`)."""
+    """Whether ``env_id`` names an env callable (see [`register_callable`][])."""
     return env_id.startswith(CALLABLE_NAMESPACE + "/")
 
 

@@ -166,7 +166,7 @@ PRESETS: dict[str, dict] = {
     # (c = 5, α = 0.995, replay of 5,000 steps per env; δ = 0.25 from its [0.1, 2] range), with
     # observation normalization and a reward scale. k = 20 and replay ratio 8 instead of the
     # paper's k = 50 with its 16 threads, δ = 0.25, and one torch thread: each measured
-    # (docs/continuous.md, and docs/performance.md for the threads).
+    # (docs/results.md, Continuous control, How the preset was chosen; docs/performance.md for the threads).
     "continuous": dict(
         threads=1,
         total_timesteps=1_000_000,

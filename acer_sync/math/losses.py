@@ -4,24 +4,22 @@ Every function takes torch tensors laid out ``[T, N, ...]`` (time first, then en
 tensors; none of them touches a network, an optimizer or global state. The symbols follow
 Wang et al. 2017, "Sample Efficient Actor-Critic with Experience Replay" (arXiv:1611.01224):
 
-=============  =========  ==========================================================
-name here      paper      meaning
-=============  =========  ==========================================================
-``pi``         π(·|x_t)   current policy's probability vector (the statistics φ_θ(x_t))
-``mu``         μ(·|x_t)   behaviour policy's probability vector, stored when acting
-``pi_avg``     π_a        the average policy network's probability vector
-``rho``        ρ_t(a)     importance weight π(a|x_t) / μ(a|x_t)
-``rho_bar``    ρ̄_t        truncated weight min(ρ_clip, ρ_t(a_t)) in the Retrace recursion
-``q``          Q_θv       the critic's action values
-``values``     V_θv       Σ_a π(a|x_t) Q_θv(x_t, a)
-``q_ret``      Q^ret      the Retrace target
-``c``          c          the importance-weight truncation constant of the policy gradient
-``k``          k          ∇_φ D_KL[f(·|φ_θa) ‖ f(·|φ)], the trust region's constraint normal
-``delta``      δ          the trust region's radius
-``q_opc``      Q^opc      Retrace with every ρ̄ = 1, the continuous policy gradient's target (§5)
-``q_sdn``      Q̃_θv       the stochastic dueling network's estimate, eq. (13)
-``log_std``    log σ      the Gaussian policy's log standard deviation (φ = [m, log σ])
-=============  =========  ==========================================================
+| name here | paper | meaning |
+|---|---|---|
+| ``pi`` | π(·∣x_t) | current policy's probability vector (the statistics φ_θ(x_t)) |
+| ``mu`` | μ(·∣x_t) | behaviour policy's probability vector, stored when acting |
+| ``pi_avg`` | π_a | the average policy network's probability vector |
+| ``rho`` | ρ_t(a) | importance weight π(a∣x_t) / μ(a∣x_t) |
+| ``rho_bar`` | ρ̄_t | truncated weight min(ρ_clip, ρ_t(a_t)) in the Retrace recursion |
+| ``q`` | Q_θv | the critic's action values |
+| ``values`` | V_θv | Σ_a π(a∣x_t) Q_θv(x_t, a) |
+| ``q_ret`` | Q^ret | the Retrace target |
+| ``c`` | c | the importance-weight truncation constant of the policy gradient |
+| ``k`` | k | ∇_φ D_KL[f(·∣φ_θa) ‖ f(·∣φ)], the trust region's constraint normal |
+| ``delta`` | δ | the trust region's radius |
+| ``q_opc`` | Q^opc | Retrace with every ρ̄ = 1, the continuous policy gradient's target (§5) |
+| ``q_sdn`` | Q̃_θv | the stochastic dueling network's estimate, eq. (13) |
+| ``log_std`` | log σ | the Gaussian policy's log standard deviation (φ = [m, log σ]) |
 
 The discrete functions take probability vectors; the continuous ones (Gaussian policy, §5 and
 Algorithm 3) take log-densities and log importance weights, so that a tiny σ or a far-off action
@@ -67,7 +65,7 @@ def q_retrace(
 ) -> torch.Tensor:
     """Retrace targets Q^ret, Wang et al. 2017 eq. (5) with the truncation of Algorithm 2.
 
-    The recursion runs backwards from the bootstrap value V(x_T)::
+    The recursion runs backwards from the bootstrap value V(x_T):
 
         Q^ret_t = r_t + γ (1 − d_t) [ρ̄_{t+1} (Q^ret_{t+1} − Q(x_{t+1}, a_{t+1})) + V(x_{t+1})]
                       + γ V^timeout_t
@@ -143,7 +141,7 @@ def acer_policy_gain(
     """Surrogate gains whose gradient with respect to π is ĝ^acer_t, Wang et al. 2017 eq. (10).
 
     Truncated importance sampling with bias correction (the trick of eqs. 7–8), written with
-    respect to the policy statistics φ = π::
+    respect to the policy statistics φ = π:
 
         ĝ^acer_t = min(c, ρ_t(a_t)) ∇_φ log f(a_t|φ) [Q^ret_t − V(x_t)]
                  + Σ_a [1 − c / ρ_t(a)]_+ π(a|x_t) ∇_φ log f(a|φ) [Q(x_t, a) − V(x_t)]
@@ -201,7 +199,7 @@ def kl_grad(pi_avg: torch.Tensor, pi: torch.Tensor, eps: float = PROB_EPS) -> to
 
     The gradient is taken with respect to the probability vector π (the statistics φ of the
     categorical distribution), not the network's parameters. ``eps`` is added to π, matching the
-    ``eps`` inside :func:`kl_divergence`, so autograd of that function gives exactly this.
+    ``eps`` inside [`kl_divergence`][], so autograd of that function gives exactly this.
     """
     _check_same_shape(pi_avg=pi_avg, pi=pi)
     return -pi_avg / (pi + eps)
@@ -210,7 +208,7 @@ def kl_grad(pi_avg: torch.Tensor, pi: torch.Tensor, eps: float = PROB_EPS) -> to
 def trust_region_adjust(g: torch.Tensor, k: torch.Tensor, delta: float) -> torch.Tensor:
     """The efficient trust-region step z*, Wang et al. 2017 eqs. (11)–(12).
 
-    Solves, independently for each row of the last dimension::
+    Solves, independently for each row of the last dimension:
 
         minimise_z ½ ‖g − z‖²  subject to  kᵀz ≤ δ
         z* = g − max(0, (kᵀg − δ) / ‖k‖²) k
@@ -234,7 +232,7 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 
 def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log f(a|φ) of N(m, diag σ²), summed over the d action dimensions, ``[..., d] → [...]``::
+    """log f(a|φ) of N(m, diag σ²), summed over the d action dimensions, ``[..., d] → [...]``:
 
         log f(a|m, σ) = Σ_j −½ ((a_j − m_j) / σ_j)² − log σ_j − ½ log 2π
     """
@@ -251,7 +249,7 @@ def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
 def gaussian_kl(
     mean_avg: torch.Tensor, log_std_avg: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
 ) -> torch.Tensor:
-    """D_KL[N(m_a, σ_a²) ‖ N(m, σ²)] in closed form, summed over dimensions, ``[..., d] → [...]``::
+    """D_KL[N(m_a, σ_a²) ‖ N(m, σ²)] in closed form, summed over dimensions, ``[..., d] → [...]``:
 
         Σ_j log σ_j − log σ_a,j + (σ_a,j² + (m_a,j − m_j)²) / (2 σ_j²) − ½
     """
@@ -263,12 +261,12 @@ def gaussian_kl(
 def gaussian_kl_grad(
     mean_avg: torch.Tensor, log_std_avg: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
 ) -> torch.Tensor:
-    """k = ∇_φ D_KL[f(·|φ_θa) ‖ f(·|φ)] for φ = [m, log σ], Wang et al. 2017 eq. (12), ``[..., 2d]``::
+    """k = ∇_φ D_KL[f(·|φ_θa) ‖ f(·|φ)] for φ = [m, log σ], Wang et al. 2017 eq. (12), ``[..., 2d]``:
 
         ∂KL/∂m_j     = (m_j − m_a,j) / σ_j²
         ∂KL/∂log σ_j = 1 − (σ_a,j² + (m_a,j − m_j)²) / σ_j²
 
-    the closed form of what autograd gives on :func:`gaussian_kl`.
+    the closed form of what autograd gives on [`gaussian_kl`][].
     """
     _check_same_shape(mean_avg=mean_avg, log_std_avg=log_std_avg, mean=mean, log_std=log_std)
     inv_var = torch.exp(-2.0 * log_std)
@@ -278,7 +276,7 @@ def gaussian_kl_grad(
 
 
 def sdn_q(values: torch.Tensor, advantage_taken: torch.Tensor, advantage_sampled: torch.Tensor) -> torch.Tensor:
-    """The stochastic dueling network's Q̃, Wang et al. 2017 eq. (13)::
+    """The stochastic dueling network's Q̃, Wang et al. 2017 eq. (13):
 
         Q̃(x_t, a_t) = V(x_t) + A(x_t, a_t) − (1/n) Σ_i A(x_t, u_i),   u_i ~ π(·|x_t)
 
@@ -326,7 +324,7 @@ def gaussian_policy_gain(
     values: torch.Tensor,
     c: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Surrogate gains whose gradient with respect to φ is ĝ^acer_t for a continuous policy, eq. (14)::
+    """Surrogate gains whose gradient with respect to φ is ĝ^acer_t for a continuous policy, eq. (14):
 
         ĝ^acer_t = min{c, ρ_t(a_t)} (Q^opc_t − V(x_t)) ∇_φ log f(a_t|φ)
                  + [1 − c / ρ_t(a'_t)]_+ (Q̃(x_t, a'_t) − V(x_t)) ∇_φ log f(a'_t|φ),   a'_t ~ π(·|x_t)

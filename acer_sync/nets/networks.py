@@ -199,7 +199,7 @@ class PolyakAverage:
     really moves: each parameter moves by exactly (1 − α) of its distance to the online one.
     Buffers (the observation normalizer's running statistics) are copied, not averaged: both
     networks must see observations normalized the same way. The tensors are listed once: walking
-    the modules for them at every update cost a small net a tenth of its update time.
+    the modules for them at every update was measured costly (docs/bench/README.md, The composed network).
     """
 
     def __init__(self, average: nn.Module, online: nn.Module):

@@ -1,22 +1,22 @@
 """Callbacks: what happens around the iteration, the built-in parts and the user's alike.
 
-Stable-Baselines3's semantics, on one interface (:class:`Callback`): ``on_training_start`` once
-before the first iteration, ``on_rollout_end`` once an iteration (after its segment was collected
-and learned from), ``on_training_end`` once with the run's :class:`~acer_sync.base.outcome.Outcome`.
+Stable-Baselines3's semantics, on one interface ([`Callback`][]): ``on_training_start`` once before
+the first iteration, ``on_rollout_end`` once an iteration (after its segment was collected and
+learned from), ``on_training_end`` once with the run's ``Outcome`` (``acer_sync.base.outcome``).
 A hook that returns ``False`` stops the run cleanly: the iteration ends, a checkpoint is saved, and
-the outcome says which callback stopped it (:attr:`Callback.stop_message`).
+the outcome says which callback stopped it (``Callback.stop_message``).
 
 ``on_rollout_end`` gets the iteration's progress row as a dict, empty when no row is written this
 iteration. The built-ins run first, in this order, so that the user's callbacks see a full row:
 
-* :class:`EvalCallback` plays ``eval_episodes`` full games every ``eval_every`` steps, puts the
+* [`EvalCallback`][] plays ``eval_episodes`` full games every ``eval_every`` steps, puts the
   ``eval_*`` columns in the row and keeps ``checkpoints/best.pt`` at the best evaluation mean;
-* :class:`ProgressCallback` fills and writes the row (``progress.csv``, TensorBoard) every
+* [`ProgressCallback`][] fills and writes the row (``progress.csv``, TensorBoard) every
   ``log_interval`` iterations, after ``log_seconds``, at the end and with every evaluation;
-* :class:`~acer_sync.training.tracking.WandbCallback` with ``track``: the row, the config and the
+* ``WandbCallback`` (``acer_sync.training.tracking``) with ``track``: the row, the config and the
   evaluation's videos to Weights & Biases;
-* :class:`ProgressBar` (tqdm);
-* :class:`CheckpointCallback` writes a checkpoint every ``checkpoint_every`` steps and at the end.
+* [`ProgressBar`][] (tqdm);
+* [`CheckpointCallback`][] writes a checkpoint every ``checkpoint_every`` steps and at the end.
 
 An exception raised in a user's callback saves a checkpoint, then propagates.
 """
@@ -46,14 +46,15 @@ from atari.envs import VecEnv
 
 class Callback:
     """A hook into the run; override what you need. Each hook gets the
-    :class:`~acer_sync.training.trainer.Trainer` (``trainer.timesteps``, ``trainer.model``,
+    Trainer (``acer_sync.training.trainer.Trainer``: ``trainer.timesteps``, ``trainer.model``,
     ``trainer.tracker``, ...). Return ``False`` from ``on_training_start`` or ``on_rollout_end``
-    to stop the run (after saving a checkpoint); set :attr:`stop_message` to say why."""
+    to stop the run (after saving a checkpoint); set ``stop_message`` to say why."""
 
     #: Why this callback stopped the run, for the outcome and the log (default: its class name).
     stop_message: str = ""
 
     def on_training_start(self, trainer) -> bool | None:
+        """Once, before the first iteration (of this process: a resumed run starts again here)."""
         return None
 
     def on_rollout_end(self, trainer, row: dict) -> bool | None:
@@ -61,6 +62,8 @@ class Callback:
         return None
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
+        """Once, however the run ended, with its ``outcome`` (``outcome.stop`` says why), after the
+        built-ins' (the final checkpoint among them)."""
         return None
 
     def state(self) -> dict:
@@ -68,7 +71,7 @@ class Callback:
         return {}
 
     def load_state(self, state: dict) -> None:
-        """Take back what :meth:`state` returned, on resume."""
+        """Take back what [`state`][] returned, on resume."""
 
 
 class CallbackFailed(Exception):
@@ -80,7 +83,7 @@ class CallbackFailed(Exception):
 
 
 def check_callbacks(callbacks: Iterable) -> list[Callback]:
-    """``callbacks`` as a list; a one-line UserError where one is not a :class:`Callback`."""
+    """``callbacks`` as a list; a one-line UserError where one is not a [`Callback`][]."""
     callbacks = list(callbacks)
     for callback in callbacks:
         if not isinstance(callback, Callback):
@@ -90,7 +93,7 @@ def check_callbacks(callbacks: Iterable) -> list[Callback]:
 
 class CallbackList:
     """The run's callbacks, in the order they run. Exceptions from those in ``user`` (the user's own,
-    and the ``on_progress`` shorthand) are wrapped in :class:`CallbackFailed`; a built-in one's
+    and the ``on_progress`` shorthand) are wrapped in [`CallbackFailed`][]; a built-in one's
     propagate as they are. A hook returns the first callback that asked to stop, or None."""
 
     def __init__(self, callbacks: Iterable[Callback] = (), user: Iterable[Callback] = ()):
@@ -200,7 +203,7 @@ class EvalCallback(Callback):
 
     With ``capture_video``, each evaluation also plays one game in an env of its own that renders,
     with a generator of its own (the evaluation's scores are those of a run without videos), and
-    records it to ``videos/step_<N>.mp4`` (:mod:`acer_sync.rollout.video`); :attr:`new_videos` lists
+    records it to ``videos/step_<N>.mp4`` (``acer_sync.rollout.video``); ``new_videos`` lists
     ``(step, path)`` of those not yet taken (by ``--track``)."""
 
     def __init__(self, config: Config, checkpoints: CheckpointCallback | None = None, run_dir: Path | None = None):
@@ -284,7 +287,7 @@ class EvalCallback(Callback):
 
 
 class ProgressCallback(Callback):
-    """Writes the progress row to ``progress.csv`` and TensorBoard (:class:`~acer_sync.training.logger.Logger`)
+    """Writes the progress row to ``progress.csv`` and TensorBoard (``acer_sync.training.logger.Logger``)
     every ``log_interval`` iterations, at the end, once ``log_seconds`` of wall time passed since
     the last row (so a slow run's first row comes after ``log_seconds``), and with every
     evaluation. ``fps`` counts training only: evaluation time is left out."""
@@ -382,26 +385,3 @@ class StopTrainingOnReward(Callback):
             self.stop_message = f"reached the reward {self.threshold:g} ({which}: {mean:.2f}) at step {trainer.timesteps}"
             return False
         return None
-
-
-def run_callbacks(
-    config: Config, run_dir: Path, resume_step: int | None, progress_bar: bool, user: Iterable[Callback] = (),
-    on_progress: Callable[[dict], None] | None = None, on_checkpoint: Callable[[Path], None] | None = None,
-) -> CallbackList:
-    """A run's callbacks in the order they run: the built-ins (the module docstring), with the
-    ``on_progress`` shorthand right after the row is written, then the user's."""
-    checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
-    evaluation = [EvalCallback(config, checkpoints, run_dir)] if config.eval_every else []
-    progress_rows = [ProgressRows(on_progress)] if on_progress is not None else []
-    if config.track:
-        from acer_sync.training.tracking import WandbCallback
-
-        tracking = [WandbCallback(run_dir, config, evaluation[0] if evaluation else None)]
-    else:
-        tracking = []
-    bar = [ProgressBar(config.total_timesteps)] if progress_bar else []
-    user = list(user)
-    callbacks = [
-        *evaluation, ProgressCallback(run_dir, config, resume_step), *progress_rows, *tracking, *bar, checkpoints, *user,
-    ]
-    return CallbackList(callbacks, user=progress_rows + user)

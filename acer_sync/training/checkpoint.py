@@ -13,7 +13,7 @@ Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
   ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
 * ``callbacks``: each callback's own state by name (the best evaluation mean, for ``best.pt``).
 
-:func:`load_checkpoint` hands every reader format 2: :func:`migrate` brings each earlier file up
+:func:`load_checkpoint` hands every reader the current format (:data:`FORMAT_VERSION`): :func:`migrate` brings each earlier file up
 to it, in one place, so no reader needs a default for a key that an older version did not write.
 """
 

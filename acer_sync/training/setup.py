@@ -22,8 +22,17 @@ from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.rollout.video import render_headless
 from acer_sync.training.acer import ACER
-from acer_sync.training.callbacks import Callback, CallbackList, run_callbacks
+from acer_sync.training.callbacks import (
+    Callback,
+    CallbackList,
+    CheckpointCallback,
+    EvalCallback,
+    ProgressBar,
+    ProgressCallback,
+    ProgressRows,
+)
 from acer_sync.training.checkpoint import load_buffer, remove_leftovers, restore
+from acer_sync.training.tracking import WandbCallback
 from acer_sync.training.trainer import Parts, Trainer
 from atari.envs import EnvInfo, VecEnv, choose_backend
 from atari.episodes import EpisodeTracker
@@ -77,6 +86,24 @@ def seed_everything(seed: int) -> np.random.Generator:
     np.random.seed(seed)
     torch.manual_seed(seed)
     return np.random.default_rng(seed)
+
+
+def run_callbacks(
+    config: Config, run_dir: Path, resume_step: int | None, progress_bar: bool, user: Iterable[Callback] = (),
+    on_progress: Callable[[dict], None] | None = None, on_checkpoint: Callable[[Path], None] | None = None,
+) -> CallbackList:
+    """A run's callbacks in the order they run: the built-ins (:mod:`acer_sync.training.callbacks` lists them), with the
+    ``on_progress`` shorthand right after the row is written, then the user's."""
+    checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
+    evaluation = [EvalCallback(config, checkpoints, run_dir)] if config.eval_every else []
+    progress_rows = [ProgressRows(on_progress)] if on_progress is not None else []
+    tracking = [WandbCallback(run_dir, config, evaluation[0] if evaluation else None)] if config.track else []
+    bar = [ProgressBar(config.total_timesteps)] if progress_bar else []
+    user = list(user)
+    callbacks = [
+        *evaluation, ProgressCallback(run_dir, config, resume_step), *progress_rows, *tracking, *bar, checkpoints, *user,
+    ]
+    return CallbackList(callbacks, user=progress_rows + user)
 
 
 def build_trainer(
