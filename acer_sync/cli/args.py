@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 
 import yaml
@@ -74,51 +75,52 @@ FLAG_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def describe_setting(f: dataclasses.Field) -> tuple[str, str]:
+    """A setting's help text (marked where a resume may change it) and its default, with the
+    presets' values where they differ: what ``--help`` shows and the docs' flag tables list."""
+    help_text = f.metadata["help"]
+    if f.name in RESUMABLE_CHANGES:
+        help_text += "; may change on --resume"
+    if f.metadata.get("required"):
+        return help_text, "required for a new run"
+    if f.type in (dict, "dict"):
+        return help_text, "none"
+    preset_values = [(name, values.get(f.name)) for name, values in (
+        ("Atari preset", PRESETS["atari"]), ("classic-control preset", PRESETS["classic"]),
+        ("classic-control preset with --network lstm", RECURRENT_CLASSIC), ("continuous preset", PRESETS["continuous"]),
+    ) if f.name in values]
+    default = f.default if f.default != "" else ("by env kind" if preset_values else "none")
+    return help_text, "; ".join([str(default), *(f"{name}: {value}" for name, value in preset_values)])
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """One flag per Config field, in :data:`FLAG_GROUPS`'s groups, which it returns by title (a script
     adds its own flags to them). Defaults are None so that presets and resume can tell what was set."""
-    atari, classic, continuous = PRESETS["atari"], PRESETS["classic"], PRESETS["continuous"]
     groups = {title: parser.add_argument_group(title) for title in FLAG_GROUPS}
-    group_of = {name: groups[title] for title, names in FLAG_GROUPS.items() for name in names}
     by_name = {f.name: f for f in fields()}
-    for f in (by_name[name] for names in FLAG_GROUPS.values() for name in names):
-        group = group_of[f.name]
-        own = "--" + f.name.replace("_", "-")
-        flags = (f.metadata["flag"], own) if "flag" in f.metadata else (own,)  # the documented name first
-        help_text = f.metadata["help"]
-        if f.name in RESUMABLE_CHANGES:
-            help_text += "; may change on --resume"
-        if f.type in (dict, "dict"):
-            group.add_argument(*flags, dest=f.name, nargs="+", type=key_value, metavar="KEY=VALUE", default=None,
-                               help=f"{help_text} (default: none)")
-            continue
-        default = f.default
-        preset = any(f.name in values for values in (atari, classic, continuous, RECURRENT_CLASSIC))
-        shown = f"default: {default}" if default != "" else ("default: by env kind" if preset else "default: none")
-        if f.metadata.get("required"):
-            shown = "required for a new run"
-        if f.name in atari:
-            shown += f"; Atari preset: {atari[f.name]}"
-        if f.name in classic:
-            shown += f"; classic-control preset: {classic[f.name]}"
-        if f.name in RECURRENT_CLASSIC:
-            shown += f"; classic-control preset with --network lstm: {RECURRENT_CLASSIC[f.name]}"
-        if f.name in continuous:
-            shown += f"; continuous preset: {continuous[f.name]}"
-        kwargs = dict(default=None, help=f"{help_text} ({shown})")
-        if "choices" in f.metadata:
-            kwargs["choices"] = [c for c in f.metadata["choices"] if c]
-        kwargs["dest"] = f.name
-        if f.type in (bool, "bool"):
-            group.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
-        elif f.type in (int, "int"):
-            group.add_argument(*flags, type=int, metavar="N", **kwargs)
-        elif f.type in (float, "float"):
-            group.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
-        else:
-            if "const" in f.metadata:  # the flag alone means this value
-                kwargs.update(nargs="?", const=f.metadata["const"])
-            group.add_argument(*flags, type=str, metavar=f.metadata.get("metavar"), **kwargs)
+    for title, names in FLAG_GROUPS.items():
+        for f in (by_name[name] for name in names):
+            group = groups[title]
+            own = "--" + f.name.replace("_", "-")
+            flags = (f.metadata["flag"], own) if "flag" in f.metadata else (own,)  # the documented name first
+            help_text, default = describe_setting(f)
+            shown = default if f.metadata.get("required") else f"default: {default}"
+            kwargs = dict(dest=f.name, default=None, help=f"{help_text} ({shown})")
+            if f.type in (dict, "dict"):
+                group.add_argument(*flags, nargs="+", type=key_value, metavar="KEY=VALUE", **kwargs)
+                continue
+            if "choices" in f.metadata:
+                kwargs["choices"] = [c for c in f.metadata["choices"] if c]
+            if f.type in (bool, "bool"):
+                group.add_argument(*flags, action=argparse.BooleanOptionalAction, **kwargs)
+            elif f.type in (int, "int"):
+                group.add_argument(*flags, type=int, metavar="N", **kwargs)
+            elif f.type in (float, "float"):
+                group.add_argument(*flags, type=float_or_inf if f.name == "c" else finite_float, metavar="X", **kwargs)
+            else:
+                if "const" in f.metadata:  # the flag alone means this value
+                    kwargs.update(nargs="?", const=f.metadata["const"])
+                group.add_argument(*flags, type=str, metavar=f.metadata.get("metavar"), **kwargs)
     return groups
 
 

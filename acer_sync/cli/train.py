@@ -21,7 +21,8 @@ ENV_REQUIRED = (
 )
 
 
-def parse_args(argv: list[str], prog: str = "train.py"):
+def build_parser(prog: str = "train.py") -> OneLineParser:
+    """train's parser: every flag in its ``--help`` group (the docs' flag tables are drawn from it)."""
     parser = OneLineParser(
         prog=prog, usage="%(prog)s --env ENV [flags], or %(prog)s --resume RUN_DIR [flags]",
         description="Train ACER (Wang et al. 2017) on a gymnasium env, or on your own with --env "
@@ -41,7 +42,11 @@ def parse_args(argv: list[str], prog: str = "train.py"):
         help="stop with a checkpoint, and exit 0, once the mean return reaches X: the evaluation mean where the run "
         "evaluates (--eval-every), else the mean of the last 100 training episodes (raw scores)",
     )
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str], prog: str = "train.py"):
+    return build_parser(prog).parse_args(argv)
 
 
 def main(argv: list[str] | None = None, prog: str = "train.py") -> int:
