@@ -91,6 +91,11 @@ class Config:
         "or cnn_lstm (Nature CNN then an LSTM)", choices=NETWORKS,
     )
     lstm_size: int = _f(128, "units of the LSTM (lstm and cnn_lstm networks)")
+    lstm_norm: str = _f(
+        "none", "the LSTM's normalization: none, or layer (Baselines' lnlstm: its gates' sums and its cell state "
+        "layer-normalized, so that large inputs and a cell state grown over a long episode do not saturate it)",
+        choices=("none", "layer"),
+    )
     activation: str = _f("tanh", "activation of the MLP layers (vector observations)", choices=("tanh", "relu", "elu"))
     torso: str = _f(
         "", "a torso class of your own, MODULE:CLASS (Stable-Baselines3's features-extractor contract: built as "

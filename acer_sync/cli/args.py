@@ -65,7 +65,7 @@ FLAG_GROUPS: dict[str, tuple[str, ...]] = {
         "trust_region", "delta", "alpha", "policy_std", "sdn_samples",
     ),
     "replay": ("buffer_size", "replay_ratio", "replay_start", "replay_state"),
-    "network": ("network", "hidden", "activation", "lstm_size", "torso", "torso_kwargs"),
+    "network": ("network", "hidden", "activation", "lstm_size", "lstm_norm", "torso", "torso_kwargs"),
     "run and logging": (
         "seed", "total_timesteps", "log_interval", "log_seconds", "checkpoint_every", "keep_checkpoints", "save_buffer",
         "max_nonfinite", "eval_every", "eval_episodes", "eval_greedy", "capture_video", "track", "wandb_project",

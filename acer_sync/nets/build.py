@@ -55,6 +55,7 @@ def model_spec(info: EnvInfo, config: Config) -> dict:
     )
     if arch in RECURRENT_ARCHS:
         spec["lstm_size"] = config.lstm_size
+        spec["lstm_norm"] = config.lstm_norm
     if info.frame_parts:
         spec["obs_parts"] = [[key, list(shape), dtype] for key, shape, dtype in info.frame_parts]
     if config.torso:

@@ -1,7 +1,10 @@
 """Memory: what carries a state from step to step between the torso and the heads.
 
-Two kinds, one interface (``state_shapes``, ``initial_state(n)``, ``unroll``): :class:`NoMemory`
-for a feed-forward network, and :class:`LSTMMemory`, one LSTM cell unrolled in time.
+One interface (``state_shapes``, ``initial_state(n)``, ``unroll``), three kinds: :class:`NoMemory`
+for a feed-forward network, :class:`LSTMMemory`, one LSTM cell unrolled in time, and
+:class:`LayerNormLSTMMemory`, Baselines' ``lnlstm``: the same cell with its pre-activations and its
+cell state layer-normalized, so that large inputs and a cell state that grows over a long episode
+do not saturate h (``--lstm-norm layer``; docs/recurrent.md has the measurement on Pong).
 """
 
 from __future__ import annotations
@@ -64,5 +67,52 @@ class LSTMMemory(nn.Module):
         outputs = []
         for t in range(T):
             h, c = self.lstm(features[t], (h * keep[t], c * keep[t]))
+            outputs.append(h)
+        return torch.stack(outputs).reshape(T * N, self.size), (h, c)
+
+
+class LayerNormLSTMMemory(LSTMMemory):
+    """An LSTM whose gates and output see layer-normalized sums (Ba et al. 2016, *Layer
+    Normalization*, Sec. 6; Baselines' ``lnlstm``), with the interface of :class:`LSTMMemory`:
+
+        z = LN_x(x_t W_x) + LN_h(h W_h) + b;  i, f, g, o = σ(z_i), σ(z_f), tanh(z_g), σ(z_o)
+        c ← f ⊙ c + i ⊙ g;  h ← o ⊙ tanh(LN_c(c))
+
+    Each LN has its own gain (1) and bias (0). x W_x and its LN are computed for all T steps at
+    once, before the loop. W_x and W_h keep PyTorch's Linear initialisation; b is zero.
+    """
+
+    def __init__(self, in_features: int, size: int):
+        nn.Module.__init__(self)
+        self.size = size
+        self.input_weights = nn.Linear(in_features, 4 * size, bias=False)
+        self.hidden_weights = nn.Linear(size, 4 * size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(4 * size))
+        self.input_norm = nn.LayerNorm(4 * size)
+        self.hidden_norm = nn.LayerNorm(4 * size)
+        self.cell_norm = nn.LayerNorm(size)
+        self.features_dim = size
+        self.state_shapes = {"h": (size,), "c": (size,)}
+
+    def initial_state(self, n: int) -> State:
+        weight = self.hidden_weights.weight
+        zeros = torch.zeros(n, self.size, dtype=weight.dtype, device=weight.device)
+        return zeros, zeros.clone()
+
+    def unroll(self, features: torch.Tensor, firsts: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """As :meth:`LSTMMemory.unroll`: (h, c) ← 0 where ``firsts[t]``, then one step of the cell above."""
+        T, N = features.shape[:2]
+        h, c = state
+        if h.shape != (N, self.size) or c.shape != (N, self.size):
+            raise ValueError(f"the state must be two [{N}, {self.size}] tensors, got {tuple(h.shape)}, {tuple(c.shape)}")
+        keep = (~firsts).unsqueeze(-1)  # [T, N, 1]
+        from_input = self.input_norm(self.input_weights(features)) + self.bias  # [T, N, 4·size]
+        outputs = []
+        for t in range(T):
+            h, c = h * keep[t], c * keep[t]
+            z = from_input[t] + self.hidden_norm(self.hidden_weights(h))
+            i, f, g, o = z.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(self.cell_norm(c))
             outputs.append(h)
         return torch.stack(outputs).reshape(T * N, self.size), (h, c)

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from acer_sync.nets.heads import LOG_STD_MAX, LOG_STD_MIN, CategoricalHead, GaussianHead, probabilities
-from acer_sync.nets.memory import LSTMMemory, NoMemory, State
+from acer_sync.nets.memory import LayerNormLSTMMemory, LSTMMemory, NoMemory, State
 from acer_sync.nets.normalization import ObservationNormalizer
 from acer_sync.nets.torsos import MLP, FlattenTorso, MultiInputTorso, NatureCNN, UserTorso, init_orthogonal
 from atari import parts
@@ -71,8 +71,8 @@ class ActorCriticNet(nn.Module):
 
     :param spec: what :meth:`spec` returns: ``obs_shape`` ``(stack, *frame)``, ``n_actions`` (d for
         a Gaussian), ``arch`` (:data:`ARCHS`), ``hidden`` (the MLP sizes), ``activation``,
-        ``policy`` (``categorical`` or ``gaussian``), ``normalize_obs``, ``lstm_size`` (with an
-        LSTM), ``init_std`` (Gaussian), ``torso`` and ``torso_kwargs`` (a user's torso,
+        ``policy`` (``categorical`` or ``gaussian``), ``normalize_obs``, ``lstm_size`` and ``lstm_norm``
+        (``none`` or ``layer``, with an LSTM), ``init_std`` (Gaussian), ``torso`` and ``torso_kwargs`` (a user's torso,
         ``module:Class``), ``obs_dtype``, and ``obs_parts``, ``[key, frame shape, dtype]`` per
         part of a multi-part observation (then ``obs_shape`` is ``(stack,)``).
     """
@@ -101,8 +101,11 @@ class ActorCriticNet(nn.Module):
             self.torso = MultiInputTorso(obs_parts, self.obs_shape[0])
         else:
             self.torso = UserTorso(spec["torso"], self.obs_shape, spec["obs_dtype"], spec["torso_kwargs"], obs_parts)
-        recurrent = arch in RECURRENT_ARCHS
-        self.memory = LSTMMemory(self.torso.features_dim, spec["lstm_size"]) if recurrent else NoMemory(self.torso.features_dim)
+        if arch in RECURRENT_ARCHS:
+            memory = LayerNormLSTMMemory if spec["lstm_norm"] == "layer" else LSTMMemory
+            self.memory = memory(self.torso.features_dim, spec["lstm_size"])
+        else:
+            self.memory = NoMemory(self.torso.features_dim)
         head_arch = hidden if arch in ("mlp", "multi") else ()  # the flat torsos' MLPs, one per output
         if spec["policy"] == "gaussian":
             self.head: nn.Module = GaussianHead(
@@ -167,7 +170,7 @@ class ActorCriticNet(nn.Module):
 Network = ActorCriticNet
 
 #: What a spec that lacks a key (one written before the key existed) means.
-SPEC_DEFAULTS = {"activation": "tanh", "torso": "", "torso_kwargs": {}, "lstm_size": 128, "obs_parts": []}
+SPEC_DEFAULTS = {"activation": "tanh", "torso": "", "torso_kwargs": {}, "lstm_size": 128, "lstm_norm": "none", "obs_parts": []}
 
 
 def complete_spec(spec: dict) -> dict:
@@ -182,6 +185,7 @@ def complete_spec(spec: dict) -> dict:
         spec.pop("obs_parts")
     if spec["arch"] not in RECURRENT_ARCHS:
         spec.pop("lstm_size")
+        spec.pop("lstm_norm")
     return spec
 
 
