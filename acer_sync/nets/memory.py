@@ -49,9 +49,16 @@ class LSTMMemory(nn.Module):
         self.state_shapes = {"h": (size,), "c": (size,)}
 
     def initial_state(self, n: int) -> State:
-        weight = self.lstm.weight_hh
+        weight = next(self.parameters())
         zeros = torch.zeros(n, self.size, dtype=weight.dtype, device=weight.device)
         return zeros, zeros.clone()
+
+    def check_state(self, n: int, state: State) -> State:
+        """``state`` as ``(h, c)``, or a ValueError where they are not two ``[n, size]`` tensors."""
+        h, c = state
+        if h.shape != (n, self.size) or c.shape != (n, self.size):
+            raise ValueError(f"the state must be two [{n}, {self.size}] tensors, got {tuple(h.shape)}, {tuple(c.shape)}")
+        return h, c
 
     def unroll(self, features: torch.Tensor, firsts: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """h_t for torso features ``[T, N, F]`` from ``state`` (the state before step 0):
@@ -60,9 +67,7 @@ class LSTMMemory(nn.Module):
         (h, c) ← 0 where ``firsts[t]``; then (h, c) ← LSTM(x_t, (h, c)).
         """
         T, N = features.shape[:2]
-        h, c = state
-        if h.shape != (N, self.size) or c.shape != (N, self.size):
-            raise ValueError(f"the state must be two [{N}, {self.size}] tensors, got {tuple(h.shape)}, {tuple(c.shape)}")
+        h, c = self.check_state(N, state)
         keep = (~firsts).to(features.dtype).unsqueeze(-1)  # [T, N, 1]
         outputs = []
         for t in range(T):
@@ -94,17 +99,10 @@ class LayerNormLSTMMemory(LSTMMemory):
         self.features_dim = size
         self.state_shapes = {"h": (size,), "c": (size,)}
 
-    def initial_state(self, n: int) -> State:
-        weight = self.hidden_weights.weight
-        zeros = torch.zeros(n, self.size, dtype=weight.dtype, device=weight.device)
-        return zeros, zeros.clone()
-
     def unroll(self, features: torch.Tensor, firsts: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """As :meth:`LSTMMemory.unroll`: (h, c) ← 0 where ``firsts[t]``, then one step of the cell above."""
         T, N = features.shape[:2]
-        h, c = state
-        if h.shape != (N, self.size) or c.shape != (N, self.size):
-            raise ValueError(f"the state must be two [{N}, {self.size}] tensors, got {tuple(h.shape)}, {tuple(c.shape)}")
+        h, c = self.check_state(N, state)
         keep = (~firsts).unsqueeze(-1)  # [T, N, 1]
         from_input = self.input_norm(self.input_weights(features)) + self.bias  # [T, N, 4·size]
         outputs = []
