@@ -137,3 +137,20 @@ def test_a_cnn_lstm_with_layer_norm_trains_resumes_and_acts_on_pong(tmp_path, pr
     loaded.load_state_dict(payload["model"])
     for name, value in trainer.model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value)
+
+
+def test_a_recurrent_checkpoint_written_before_lstm_norm_loads_and_resumes(tmp_path):
+    import acer_sync
+    from acer_sync.training.checkpoint import LATEST
+
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, network="lstm", lstm_size=8, hidden="8", total_timesteps=160,
+                    num_envs=2, nsteps=10, eval_every=0, verbose=0)
+    path = run_dir / "checkpoints" / LATEST
+    payload = torch.load(path, weights_only=True)
+    del payload["model_spec"]["lstm_norm"]  # as the files of the version before it
+    del payload["config"]["lstm_norm"]
+    torch.save(payload, path)
+    assert type(acer_sync.load(run_dir).model.memory) is LSTMMemory
+    acer_sync.train(resume=run_dir, total_timesteps=240, verbose=0)
+    assert torch.load(path, weights_only=True)["model_spec"]["lstm_norm"] == "none"

@@ -123,7 +123,8 @@ def migrate(payload: dict) -> dict:
     bounds (read from the env). Format 2 adds ``callbacks``. Format 3 is the composed network
     (:mod:`acer_sync.nets.networks`): its parameters renamed (:data:`FORMAT3_NAMES`), its spec
     with ``activation`` (tanh), ``torso`` and ``torso_kwargs`` (none) and ``obs_dtype``; its
-    counters gained ``unlearned_segments`` (0 before it existed) with ``--pipeline overlap``.
+    counters gained ``unlearned_segments`` (0 before it existed) with ``--pipeline overlap``, and
+    its spec ``lstm_norm`` (``none``) with ``--lstm-norm``.
     """
     payload = dict(payload)
     if payload["format"] == 1:
@@ -145,6 +146,9 @@ def migrate(payload: dict) -> dict:
     # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was.
     if isinstance(payload.get("counters"), dict):
         payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
+    # Format 3 specs written before a key existed (lstm_norm) mean what its default means.
+    if isinstance(payload.get("model_spec"), dict):
+        payload["model_spec"] = complete_spec(payload["model_spec"])
     return payload
 
 
