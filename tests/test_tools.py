@@ -252,3 +252,22 @@ def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):
     if "torch sees no CUDA device" not in result.stderr:
         pytest.skip("this machine has CUDA")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
+    import acer_sync
+
+    recurrent = acer_sync.train("CartPole-v1", run_dir=tmp_path / "lstm", network="lstm", lstm_size=8, hidden="8",
+                                total_timesteps=80, num_envs=2, nsteps=10, eval_every=0, verbose=0)
+    probe = [sys.executable, str(ROOT / "tools" / "lstm_probe.py")]
+    result = subprocess.run([*probe, str(recurrent), "--steps", "30", "--envs", "2"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{recurrent}: 30 steps of 2 envs"
+    assert [line.split()[0] for line in lines[1:6]] == ["features", "h", "c", "pi", "q"]
+    assert "π's entropy" in lines[6] and "(uniform: 0.6931)" in lines[6]
+    flat = acer_sync.train("CartPole-v1", run_dir=tmp_path / "mlp", total_timesteps=80, num_envs=2, nsteps=10,
+                           eval_every=0, verbose=0)
+    result = subprocess.run([*probe, str(flat)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.strip() == f"{flat}: the network has no memory to probe"
