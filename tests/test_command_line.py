@@ -8,8 +8,10 @@ import tomllib
 
 import pytest
 
+from acer_sync.__main__ import main as acer_sync_main
 from acer_sync.base.config import RESUMABLE_CHANGES, fields
 from acer_sync.cli.args import FLAG_GROUPS
+from acer_sync.cli.train import build_parser
 from helpers import ROOT, one_line_error, read_progress
 
 SMALL_CARTPOLE = ["--env", "CartPole-v1", "--total-timesteps", "1600", "--eval-every", "800", "--eval-episodes", "2",
@@ -36,16 +38,15 @@ def test_every_setting_has_one_help_group_and_help_shows_them_in_order():
     grouped = [name for names in FLAG_GROUPS.values() for name in names]
     assert sorted(grouped) == sorted(f.name for f in fields())  # each field once
     assert list(FLAG_GROUPS) == ["env", "algorithm", "replay", "network", "run and logging", "performance"]
-    result = run([sys.executable, str(ROOT / "train.py"), "--help"], cwd=ROOT)
-    assert result.returncode == 0
-    titles = [line[:-1] for line in result.stdout.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    text = build_parser("train.py").format_help()
+    titles = [line[:-1] for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
     assert titles == ["options", *FLAG_GROUPS]
-    run_group = result.stdout.split("\nrun and logging:\n")[1].split("\nperformance:\n")[0]
+    run_group = text.split("\nrun and logging:\n")[1].split("\nperformance:\n")[0]
     for flag in ("--run-dir", "--resume", "--config", "--stop-at-reward", "--track", "--seed"):
         assert f"  {flag}" in run_group
-    assert "(required for a new run)" in result.stdout
+    assert "(required for a new run)" in text
     # what a resume may change is said once per flag, from the one list
-    said = " ".join(result.stdout.split()).split("may change on --resume")
+    said = " ".join(text.split()).split("may change on --resume")
     assert len(said) - 1 == len(RESUMABLE_CHANGES)
 
 
@@ -68,17 +69,22 @@ def test_python_m_acer_sync_train_does_what_train_py_does_and_ends_with_a_summar
     assert resumed.stdout.strip().splitlines()[-1].startswith("python -m acer_sync train: finished: 2,400 steps in ")
 
 
-def test_python_m_acer_sync_lists_its_commands_and_refuses_others():
-    listed = run(module("--help"), cwd=ROOT)
-    assert listed.returncode == 0
+def exit_code_of(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as stopped:
+        acer_sync_main(argv, "python -m acer_sync")
+    return stopped.value.code
+
+
+def test_python_m_acer_sync_lists_its_commands_and_refuses_others(capsys):
+    assert exit_code_of(["--help"]) == 0
+    listed = capsys.readouterr().out
     for command in ("train", "play", "plot", "sweep"):
-        assert f"  {command} " in listed.stdout
-    nothing = run(module(), cwd=ROOT)
-    assert nothing.returncode == 2 and "usage: python -m acer_sync {train,play,plot,sweep}" in nothing.stderr
-    line = one_line_error(run(module("fly"), cwd=ROOT))
-    assert line == "python -m acer_sync: error: unknown command 'fly'; choose one of train, play, plot, sweep"
-    line = one_line_error(run(module("plot", "--x", "hours"), cwd=ROOT))
-    assert line.startswith("python -m acer_sync plot: error: ")
+        assert f"  {command} " in listed
+    assert exit_code_of([]) == 2 and "usage: python -m acer_sync {train,play,plot,sweep}" in capsys.readouterr().err
+    assert exit_code_of(["fly"]) == 2
+    assert capsys.readouterr().err == "python -m acer_sync: error: unknown command 'fly'; choose one of train, play, plot, sweep\n"
+    assert exit_code_of(["plot", "--x", "hours"]) == 2
+    assert capsys.readouterr().err.startswith("python -m acer_sync plot: error: ")
 
 
 def test_a_run_that_cannot_start_does_not_name_its_run_directory(tmp_path):

@@ -69,10 +69,12 @@ def test_track_writes_an_offline_wandb_run_with_rows_config_and_videos_and_resum
 
 
 def test_videos_leave_the_evaluation_scores_as_they_were(tmp_path):
+    import acer_sync
+
     plain, filmed = tmp_path / "plain", tmp_path / "filmed"
-    for run_dir, extra in ((plain, []), (filmed, ["--capture-video"])):
-        result = run([ROOT / "train.py", *CARTPOLE, "--total-timesteps", "1600", "--run-dir", run_dir, *extra])
-        assert result.returncode == 0, result.stderr
+    for run_dir, capture in ((plain, False), (filmed, True)):
+        acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=1600, eval_every=800, eval_episodes=2,
+                        capture_video=capture, verbose=0)
     columns = ("total_timesteps", "eval_mean", "eval_std", "mean_episode_reward", "loss_q")
     assert [[row[c] for c in columns] for row in read_progress(plain)] == [[row[c] for c in columns] for row in read_progress(filmed)]
     assert not (plain / "videos").exists() and len(list((filmed / "videos").iterdir())) == 2
