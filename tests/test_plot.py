@@ -88,6 +88,16 @@ def test_runs_differing_only_in_seed_device_or_length_form_one_group(tmp_path):
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["lr=0.0007", "lr=0.001"]
 
 
+def test_memory_settings_label_only_runs_with_memory(tmp_path):
+    runs = [write_run(tmp_path / "cnn"), write_run(tmp_path / "lstm", network="cnn_lstm", precision="bf16"),
+            write_run(tmp_path / "ln", network="cnn_lstm", precision="bf16", lstm_norm="layer", track=True)]
+    groups = plot.group_runs([plot.load_run(path) for path in runs])
+    assert [plot.distinguishing_text(group, groups) for group in groups] == [
+        "network=auto precision=fp32", "lstm_norm=none network=cnn_lstm precision=bf16",
+        "lstm_norm=layer network=cnn_lstm precision=bf16",
+    ]
+
+
 def test_a_setting_missing_from_an_older_config_counts_as_its_default(tmp_path):
     """Seed 0 of docs/runs/pong_defaults predates ``reward_scale`` and ``normalize_obs``; seed 1
     records their defaults. They are one config, two seeds; a non-default value is not."""

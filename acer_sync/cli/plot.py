@@ -28,9 +28,12 @@ from acer_sync.cli.args import OneLineParser
 
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
-    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "log_interval", "log_seconds",
+    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "replay_device", "log_interval", "log_seconds",
     "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "env_timeout", "eval_every", "eval_episodes", "eval_greedy",
+    "capture_video", "track", "wandb_project", "wandb_entity",
 )
+#: Settings only a network with memory uses: a feed-forward run's say nothing of it.
+MEMORY_SETTINGS = ("lstm_size", "lstm_norm", "replay_state")
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
 #: its default does (``reward_scale`` 1, no observation normalization, ...).
 SETTING_DEFAULTS = setting_defaults()
@@ -149,12 +152,14 @@ def run_directories(paths: list[Path]) -> list[Path]:
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
-    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING`; first-seen order.
+    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING`, and
+    :data:`MEMORY_SETTINGS` for networks without memory; first-seen order.
     A setting a config lacks counts as its default (:data:`SETTING_DEFAULTS`)."""
     groups: dict[str, Group] = {}
     for run in runs:
         config = {**SETTING_DEFAULTS, **run.config}
-        settings = {key: value for key, value in config.items() if key not in (*IGNORED_FOR_GROUPING, "env")}
+        ignored = (*IGNORED_FOR_GROUPING, "env", *(() if config["network"] in ("lstm", "cnn_lstm") else MEMORY_SETTINGS))
+        settings = {key: value for key, value in config.items() if key not in ignored}
         key = json.dumps([run.env, settings], sort_keys=True, default=str)
         previous = groups.get(key)
         groups[key] = Group(run.env, settings, (previous.runs if previous else ()) + (run,))
