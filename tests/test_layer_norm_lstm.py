@@ -115,6 +115,10 @@ def test_the_spec_records_it_and_an_older_spec_means_a_plain_lstm():
     older = {key: value for key, value in spec.items() if key != "lstm_norm"}
     assert type(network_from_spec(older).memory) is LSTMMemory
     assert "lstm_norm" not in model_spec(info, build_config(True, dict(env="PongNoFrameskip-v4")))  # no LSTM
+    # the Atari preset's cnn_lstm is layer-normalized; the classic preset's lstm is not
+    assert model_spec(info, build_config(True, dict(env="PongNoFrameskip-v4", network="cnn_lstm")))["lstm_norm"] == "layer"
+    cartpole = env_info("CartPole-v1")
+    assert model_spec(cartpole, build_config(False, dict(env="CartPole-v1", network="lstm")))["lstm_norm"] == "none"
     assert network_from_spec(spec).spec() == spec
     assert type(recurrent_net((4, 84, 84), 6, "cnn_lstm", lstm_size=8).memory) is LSTMMemory
 

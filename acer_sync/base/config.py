@@ -149,8 +149,9 @@ class Config:
 PRESETS: dict[str, dict] = {
     # Baselines' Atari setup: ``acer.learn()``'s defaults (the dataclass defaults) with the
     # constant learning rate of ``baselines/acer/defaults.py:atari()``, which its Atari10M
-    # benchmark curves were run with.
-    "atari": dict(lr_schedule="constant"),
+    # benchmark curves were run with. A recurrent net (cnn_lstm) gets the layer-normalized LSTM:
+    # the plain one saturated on Pong and did not learn (docs/recurrent.md, Pong with cnn_lstm).
+    "atari": dict(lr_schedule="constant", lstm_norm="layer"),
     # Classic control (CartPole-v1, Acrobot-v1, LunarLander-v3, ...): small MLP, small buffer,
     # replay from early on, and a run length that solves CartPole-v1. One torch thread and the
     # envs in the trainer's process, measured faster (docs/performance.md, the presets' threads).
