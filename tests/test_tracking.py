@@ -68,6 +68,19 @@ def test_track_writes_an_offline_wandb_run_with_rows_config_and_videos_and_resum
     assert len(runs) == 2 and runs[0].name.split("-")[-1] == runs[1].name.split("-")[-1]
 
 
+def test_without_a_wandb_login_the_run_warns_in_one_line_and_trains_on(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path / "home")  # no ~/.netrc: no API key
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), *CARTPOLE, "--total-timesteps", "800", "--track",
+                             "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 1 and "--track: W&B did not start (UsageError: " in warnings[0]
+    assert "training goes on without it" in warnings[0]
+    assert int(read_progress(tmp_path / "run")[-1]["total_timesteps"]) == 800
+
+
 def test_videos_leave_the_evaluation_scores_as_they_were(tmp_path):
     import acer_sync
 

@@ -6,6 +6,8 @@ The rows are logged as they are written to ``progress.csv``, at the agent step t
 about 10 s at its end. W&B keeps its own files under the run directory's ``wandb/``; with
 ``WANDB_MODE=offline`` that is all it does (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads them
 later). The W&B run's id is saved in the checkpoint, so a resumed run logs on into the same W&B run.
+Where W&B cannot start (no API key, no network), the run says so in one warning line and trains on
+untracked: a tracking service is not worth a stopped run.
 """
 
 from __future__ import annotations
@@ -44,17 +46,25 @@ class WandbCallback(Callback):
         import wandb
 
         cfg = self.config
-        self.run = wandb.init(
-            project=cfg.wandb_project, entity=cfg.wandb_entity or None, name=self.run_dir.name, id=self.run_id,
-            resume="allow", dir=str(self.run_dir), config=dataclasses.asdict(cfg), reinit="create_new",
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
-        )
+        try:
+            self.run = wandb.init(
+                project=cfg.wandb_project, entity=cfg.wandb_entity or None, name=self.run_dir.name, id=self.run_id,
+                resume="allow", dir=str(self.run_dir), config=dataclasses.asdict(cfg), reinit="create_new",
+                settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+            )
+        except Exception as error:  # no API key, no network, a project refused: the run goes on untracked
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            log.warning(f"--track: W&B did not start ({type(error).__name__}: {reason}); training goes on without it "
+                        "(log in with wandb login, or set WANDB_MODE=offline to keep the run under the run directory)")
+            return
         self.run_id = self.run.id
         offline = Path(self.run.dir).parent
         where = f"offline, in {offline}; upload it with wandb sync {offline}" if self.run.settings.mode == "offline" else self.run.url
         log.info(f"W&B run {self.run.id} ({where})")
 
     def on_rollout_end(self, trainer, row: dict) -> None:
+        if self.run is None:
+            return
         if row:
             numbers = {name: value for name, value in row.items()
                        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
