@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from acer_sync.base.config_file import load_config_file
 from acer_sync.base.errors import UserError, exit_code
 from acer_sync.base.outcome import Outcome
 from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float
+from acer_sync.cli.plot import read_progress
 from acer_sync.training.callbacks import StopTrainingOnReward
 
 #: What ``train.py`` without ``--env`` says.
@@ -76,35 +76,22 @@ def summary_line(outcome: Outcome, prog: str) -> str:
     checkpoint = outcome.run_dir / "checkpoints" / "latest.pt"
     if not checkpoint.is_file():
         return ""
-    rows = progress_rows(outcome.run_dir)
-    means = [row["mean_episode_reward"] for row in rows if math.isfinite(row.get("mean_episode_reward", math.nan))]
-    seconds = rows[-1].get("time_elapsed", math.nan) if rows else math.nan
-    parts = [f"{outcome.timesteps:,} steps" + (f" in {format_seconds(seconds)}" if math.isfinite(seconds) else "")]
+    try:
+        columns = read_progress(outcome.run_dir / "progress.csv")
+    except UserError:  # no row was written (a run stopped before its first)
+        columns = {}
+    means = [value for value in columns.get("mean_episode_reward", []) if math.isfinite(value)]
+    times = [value for value in columns.get("time_elapsed", []) if math.isfinite(value)]
+    parts = [f"{outcome.timesteps:,} steps" + (f" in {format_seconds(times[-1])}" if times else "")]
     parts.append(f"mean return {means[-1]:.2f} at the end, best {max(means):.2f} (100-episode means)" if means
                  else "no episode ended")
-    evals = [row["eval_mean"] for row in rows if math.isfinite(row.get("eval_mean", math.nan))]
+    evals = [value for value in columns.get("eval_mean", []) if math.isfinite(value)]
     if evals:
         parts.append(f"best evaluation {max(evals):.2f}")
     how = "finished" if outcome.finished else outcome.stop.value
     then = (f"play it: {prog.replace('train', 'play')} {outcome.run_dir}" if outcome.finished
             else f"continue it: {prog} --resume {outcome.run_dir}")
     return f"{prog}: {how}: {'; '.join(parts)}; checkpoint {checkpoint} ({then})"
-
-
-def progress_rows(run_dir: Path) -> list[dict[str, float]]:
-    """The numbers of each row of ``run_dir/progress.csv`` (an empty or missing cell is NaN)."""
-    try:
-        with open(run_dir / "progress.csv", newline="") as handle:
-            return [{key: _number(value) for key, value in row.items() if key} for row in csv.DictReader(handle)]
-    except OSError:
-        return []
-
-
-def _number(text: str | None) -> float:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def format_seconds(seconds: float) -> str:
