@@ -1,6 +1,6 @@
 """Measure training speed and memory on the real training path.
 
-``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--network auto|...|cnn_lstm] [--precision fp32|bf16] [--json]``
+``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--network auto|...|cnn_lstm] [--precision fp32|bf16] [--replay-device auto|cpu|cuda] [--json]``
 
 Four measurements, each for a quarter of ``--seconds`` after a warm-up:
 
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from acer_sync.api.run_metadata import package_versions
-from acer_sync.base.config import COMPILE_MODES, NETWORKS, PIPELINES, PRECISIONS, build_config, validate
+from acer_sync.base.config import COMPILE_MODES, NETWORKS, PIPELINES, PRECISIONS, REPLAY_DEVICES, build_config, validate
 from acer_sync.base.errors import UserError, run_cli
 from acer_sync.base.transfer import numpy_dtype
 from acer_sync.cli.args import OneLineParser
@@ -70,6 +70,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--network", choices=NETWORKS, default="auto", help="the torso, as train.py --network (default: auto)")
     parser.add_argument("--pipeline", choices=PIPELINES, default="serial",
                         help="as train.py --pipeline: serial (default) or overlap (learn while the envs collect in a thread)")
+    parser.add_argument("--replay-device", choices=REPLAY_DEVICES, default="auto",
+                        help="as train.py --replay-device: auto (default; the GPU where the buffer fits), cpu or cuda")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
     return parser.parse_args(argv)
@@ -288,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
                      precision=args.precision, network=args.network, pipeline=args.pipeline,
+                     replay_device=args.replay_device,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9, log_seconds=0,
                      checkpoint_every=10**12, total_timesteps=10**12)
     info = env_info(args.env)
@@ -340,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         "compile": config.compile,
         "pipeline": config.pipeline,
+        "replay_device": trainer.buffer.device.type,
         "network": trainer.model.spec()["arch"],
         "precision": config.precision,
         "bf16_passes": runs_in_bf16(trainer.model, config.precision),

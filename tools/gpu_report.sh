@@ -58,19 +58,21 @@ setting() {  # bench.py's flags for one setting
 }
 
 # Most telling first: the Pong defaults as they are, then overlapped and compiled (the update whole,
-# then as a CUDA graph), at 16 and 64 envs, then bf16 and 32 envs.
+# then as a CUDA graph), at 16 and 64 envs, the replay buffer in host memory (batches upload on the
+# side stream), then bf16 and 32 envs.
 setting --num-envs 16
 setting --num-envs 16 --pipeline overlap --compile update
 setting --num-envs 64 --pipeline overlap --compile update
 setting --num-envs 16 --pipeline overlap --compile graph
 setting --num-envs 16 --pipeline overlap
+setting --num-envs 16 --pipeline overlap --compile update --replay-device cpu
 setting --num-envs 64
 setting --num-envs 16 --pipeline overlap --compile update --precision bf16
 setting --num-envs 32 --pipeline overlap --compile update
 setting --num-envs 64 --pipeline overlap --compile graph
 
 if [ "$DEVICE" = cuda ]; then
-  summary=$("$PY" -m pytest -q -p no:cacheprovider tests/test_precision.py tests/test_compiled_update.py -k cuda 2>&1 | tail -1)
+  summary=$("$PY" -m pytest -q -p no:cacheprovider tests/test_precision.py tests/test_compiled_update.py tests/test_cuda_replay.py -k cuda 2>&1 | tail -1)
 else
   summary="no CUDA: the CUDA-only tests were not run"
 fi

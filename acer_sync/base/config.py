@@ -24,6 +24,7 @@ def _f(default, help: str, **metadata):
 PIPELINES = ("serial", "overlap")
 #: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`).
 COMPILE_MODES = ("off", "network", "update", "graph")
+REPLAY_DEVICES = ("auto", "cpu", "cuda")
 #: The settings a resume may change (``--resume RUN_DIR`` with these flags, or ``acer_sync.train(resume=...)``):
 #: how long, on what and how the run computes, and where it reports. ``--help`` marks them.
 RESUMABLE_CHANGES = (
@@ -69,7 +70,7 @@ class Config:
     )
     replay_device: str = _f(
         "auto", "where the replay buffer lives: auto (on the GPU the run trains on, where it takes at most half of its "
-        "free memory; else in host memory), cpu, or cuda", choices=("auto", "cpu", "cuda"),
+        "free memory; else in host memory), cpu, or cuda", choices=REPLAY_DEVICES,
     )
     pipeline: str = _f(
         "serial", "serial: collect a segment, then learn from it; overlap: learn from segment k while the envs "

@@ -1,9 +1,14 @@
-"""Arrays between the host and a device: numpy and torch dtypes, and the upload through pinned memory."""
+"""Arrays between the host and a device: numpy and torch dtypes, the upload through pinned memory,
+and loads on a side stream."""
 
 from __future__ import annotations
 
+from typing import Callable, Iterator, TypeVar
+
 import numpy as np
 import torch
+
+T = TypeVar("T")
 
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
@@ -21,3 +26,43 @@ def upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
     tensor = torch.from_numpy(np.ascontiguousarray(array))
     cuda = device.type == "cuda"
     return (tensor.pin_memory() if cuda else tensor).to(device, non_blocking=cuda)
+
+
+class SideStream:
+    """Loads data onto a CUDA device on a stream of its own, so that its copies from the host run
+    beside the compute queued before them instead of after it (issue 35: a replay batch from a
+    host buffer uploads while the previous update runs). What a load returns is ready for the
+    current stream: that stream waits for the side stream on the device (no host sync), and each
+    tensor is recorded as used there, so the caching allocator keeps its memory until the current
+    stream is done with it. Off CUDA, or not ``enabled``, a load is a plain call.
+
+    A load may read only host memory and the tensors it makes: the side stream does not wait for
+    the current one, so a device tensor written there (a replay buffer on the GPU) could be read
+    before the write.
+    """
+
+    def __init__(self, device: torch.device, enabled: bool = True):
+        self.stream = torch.cuda.Stream(device) if enabled and device.type == "cuda" else None
+
+    def __call__(self, load: Callable[[], T]) -> T:
+        if self.stream is None:
+            return load()
+        current = torch.cuda.current_stream(self.stream.device)
+        with torch.cuda.stream(self.stream):
+            loaded = load()
+        current.wait_stream(self.stream)
+        for tensor in _tensors(loaded):
+            tensor.record_stream(current)
+        return loaded
+
+
+def _tensors(value) -> Iterator[torch.Tensor]:
+    """The tensors in a (nested) tuple, named tuple, list or dict."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)

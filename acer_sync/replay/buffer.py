@@ -256,8 +256,10 @@ class ReplayBuffer:
         self.segment_start = np.zeros(self.nsegments, dtype=np.int64)  # global step of each segment
         self.steps_written = 0
         self.segments_stored = 0
-        self._env_index = np.arange(num_envs)
         self._state_index = state_indices(self.fields)
+        env = np.arange(num_envs)
+        #: The env index of each kind of row, as ``gather`` indexes with it (on the device, uploaded once).
+        self._env_rows = {FRAME: self._index(env[None, :]), STEP: self._index(env[None, :]), SEGMENT: self._index(env)}
 
     def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
         if not self.tensors:
@@ -265,10 +267,11 @@ class ReplayBuffer:
         return torch.zeros(shape, dtype=torch_dtype(dtype), device=self.device)
 
     def _index(self, index):
-        """An index for the arrays: as it is for numpy, a tensor on the device for tensors."""
+        """An index for the arrays: as it is for numpy, a tensor on the device for tensors (uploaded
+        through pinned memory: a copy from pageable memory would wait for the queued updates)."""
         if not self.tensors or isinstance(index, (int, slice, np.integer)):
             return index
-        return torch.as_tensor(index, device=self.device)
+        return upload(index, self.device)
 
     def _rows(self) -> dict[str, int]:
         return {FRAME: self.frame_capacity, STEP: self.step_capacity, SEGMENT: self.nsegments}
@@ -314,7 +317,7 @@ class ReplayBuffer:
         for f in self.fields:
             value = field_array(segment, f, self._state_index)
             if self.tensors:
-                value = torch.from_numpy(np.ascontiguousarray(value)).to(self.device)
+                value = upload(value, self.device)
             self.arrays[f.name][self._index(slots[f.per])] = value
         self.segment_start[index] = start
         self.steps_written += T
@@ -330,12 +333,11 @@ class ReplayBuffer:
             STEP: segment_index[None, :] * T + np.arange(T)[:, None],  # [T, N]
             SEGMENT: segment_index,
         }
-        env = {FRAME: self._env_index[None, :], STEP: self._env_index[None, :], SEGMENT: self._env_index}
         slots = {per: self._index(index) for per, index in slots.items()}
-        env = {per: self._index(index) for per, index in env.items()}
-        arrays = {f.name: self.arrays[f.name][slots[f.per], env[f.per]] for f in self.fields}
-        # Global steps before 0 were never written; the first frame (a reset) masks them anyway.
-        arrays["firsts"][self._index(window == 0)] = True
+        arrays = {f.name: self.arrays[f.name][slots[f.per], self._env_rows[f.per]] for f in self.fields}
+        # Global steps before 0 were never written; the first frame (a reset) masks them anyway. An
+        # OR, not a masked assignment, which on the device would read the mask's count back.
+        arrays["firsts"] = arrays["firsts"] | self._index(window == 0)
         return make_record(Sample, arrays, self.fields)
 
     def latest(self) -> Sample:

@@ -20,9 +20,10 @@ from acer_sync.base.errors import WriteFailed
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.timing import PhaseTimer
+from acer_sync.base.transfer import SideStream, upload
 from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.networks import Network
-from acer_sync.replay.buffer import Batch, Field, ReplayBuffer, to_batch
+from acer_sync.replay.buffer import Batch, Field, ReplayBuffer, Sample, to_batch
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
@@ -75,6 +76,8 @@ class Trainer:
         self.buffer, self.env, self.runner, self.tracker = parts.buffer, parts.env, parts.runner, parts.tracker
         self.sampler, self.timer = parts.sampler, parts.timer
         self.acting, self.collector = parts.acting, parts.collector
+        #: On CUDA with the buffer in host memory, batches upload on a side stream beside the updates.
+        self.side_stream = SideStream(self.device, enabled=self.buffer.device.type == "cpu")
         #: Overlapped: the buffer's newest segment awaits its on-policy update.
         self.pending_update = False
         counters = counters or {}
@@ -133,7 +136,7 @@ class Trainer:
         off-policy updates on replayed ones, once ``replay_start`` steps per env are stored."""
         cfg, timer = self.config, self.timer
         with timer("buffer_get"):
-            batch = self._with_replay_state(to_batch(self.buffer.latest(), self.fields, self.info.stack, self.device))
+            batch = self._with_replay_state(self._load(self.buffer.latest))
         with timer("on_policy_update"):
             self.update_stats.add(self.agent.update(batch, self.lr), off_policy=False)
         self.updates += 1
@@ -144,6 +147,10 @@ class Trainer:
                 with timer("off_policy_updates"):
                     self.update_stats.add(self.agent.update(batch, self.lr), off_policy=True)
                 self.updates += 1
+
+    def _load(self, sample: Callable[[], Sample]) -> Batch:
+        """A buffer sample (``sample()``) as a batch on the device, loaded on the side stream."""
+        return self.side_stream(lambda: to_batch(sample(), self.fields, self.info.stack, self.device))
 
     def _with_replay_state(self, batch: Batch) -> Batch:
         """``replay_state`` zero: replay a recurrent network from the zero state (Baselines' way)."""
@@ -156,14 +163,14 @@ class Trainer:
         it from the state the current weights reach over the previous segment (R2D2's burn-in,
         here T steps from that segment's stored state), where that segment is still stored."""
         index = self.buffer.sample_indices(self.sampler)
-        batch = to_batch(self.buffer.gather(index), self.fields, self.info.stack, self.device)
+        batch = self._load(lambda: self.buffer.gather(index))
         if self.config.replay_state != "burn_in" or not batch.state:
             return self._with_replay_state(batch)
         previous, available = self.buffer.previous(index)
-        previous = to_batch(previous, self.fields, self.info.stack, self.device)
+        previous = self._load(lambda: previous)
         with torch.no_grad():
             _, burned = self.agent.net.unroll(previous.obs[:-1], previous.firsts[:-1], previous.state)
-        use = torch.from_numpy(available).to(self.device).unsqueeze(-1)
+        use = upload(available, self.device).unsqueeze(-1)
         return batch._replace(state=tuple(torch.where(use, new, stored) for new, stored in zip(burned, batch.state)))
 
     def train(self) -> Outcome:
