@@ -61,6 +61,19 @@ def test_overlap_is_the_same_run_for_a_seed_and_acts_one_update_behind(tmp_path)
     assert not all(torch.equal(a, b) for a, b in zip(first.model.parameters(), serial.model.parameters()))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_report.sh runs it on a GPU box)")
+def test_cuda_overlap_acts_on_a_stream_of_its_own(tmp_path):
+    # Acting's kernels and its per-step read of actions and μ do not queue behind the learner's
+    # updates; the exchange still hands over the exact weights.
+    trainer, rows = overlap_run(tmp_path, device="cuda")
+    stream = trainer.acting.stream
+    assert stream is not None and trainer.runner.stream is stream and stream != torch.cuda.default_stream()
+    assert len(rows) == 60 and rows[-1]["updates"] > 0 and rows[-1]["nonfinite_updates"] == 0
+    torch.cuda.synchronize()
+    for acting, online in zip(trainer.acting.model.parameters(), trainer.model.parameters()):
+        assert torch.equal(acting, online)
+
+
 def test_the_acting_copy_takes_the_weights_and_gives_back_the_normalizers_statistics():
     online = gaussian_net((1, 3), 1, (8,), [0.5], normalize_obs=True)
     acting = ActingCopy(online)

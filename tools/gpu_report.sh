@@ -72,7 +72,7 @@ setting --num-envs 32 --pipeline overlap --compile update
 setting --num-envs 64 --pipeline overlap --compile graph
 
 if [ "$DEVICE" = cuda ]; then
-  summary=$("$PY" -m pytest -q -p no:cacheprovider tests/test_precision.py tests/test_compiled_update.py tests/test_cuda_replay.py -k cuda 2>&1 | tail -1)
+  summary=$("$PY" -m pytest -q -p no:cacheprovider tests/test_precision.py tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py -k cuda 2>&1 | tail -1)
 else
   summary="no CUDA: the CUDA-only tests were not run"
 fi

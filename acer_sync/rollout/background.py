@@ -10,10 +10,17 @@ observation normalizer's statistics) come back to the online network. The thread
 actions from a generator of its own and the learner from the global ones, and the buffer takes
 segment k+1 only once the learner is done with k, so a seed gives the same run whichever thread
 finishes first.
+
+On CUDA, acting runs on a stream of its own (:attr:`ActingCopy.stream`, the Runner's): its kernels
+do not queue behind the learner's, and its read of each step's actions and μ waits for acting's
+own work only, not for the updates queued on the learner's stream. The two streams meet only at
+the exchange, on the device: the learner's stream waits for acting's last writes before it reads
+the statistics, and acting waits for the new weights before it reads them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Callable
@@ -34,22 +41,37 @@ class ActingCopy:
         self.model = network_from_spec(online.spec()).to(device).requires_grad_(False)
         self._online_params, self._acting_params = list(online.parameters()), list(self.model.parameters())
         self._online_buffers, self._acting_buffers = list(online.buffers()), list(self.model.buffers())
+        #: The CUDA stream acting runs on (None off CUDA).
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.start()
 
     @torch.no_grad()
     def start(self) -> None:
         """Everything from the online network (a new run, or one just restored from a checkpoint)."""
-        torch._foreach_copy_(self._acting_params, self._online_params)
-        if self._acting_buffers:
-            torch._foreach_copy_(self._acting_buffers, self._online_buffers)
+        with self._between_streams():
+            torch._foreach_copy_(self._acting_params, self._online_params)
+            if self._acting_buffers:
+                torch._foreach_copy_(self._acting_buffers, self._online_buffers)
 
     @torch.no_grad()
     def exchange(self) -> None:
         """After an update and a collection: the new weights to the acting copy, the statistics
         acting gathered (the normalizer's) to the online network."""
-        torch._foreach_copy_(self._acting_params, self._online_params)
-        if self._acting_buffers:
-            torch._foreach_copy_(self._online_buffers, self._acting_buffers)
+        with self._between_streams():
+            torch._foreach_copy_(self._acting_params, self._online_params)
+            if self._acting_buffers:
+                torch._foreach_copy_(self._online_buffers, self._acting_buffers)
+
+    @contextlib.contextmanager
+    def _between_streams(self):
+        """Copies on the learner's stream, after acting's last work and before acting's next."""
+        if self.stream is None:
+            yield
+            return
+        learner = torch.cuda.current_stream(self.stream.device)
+        learner.wait_stream(self.stream)
+        yield
+        self.stream.wait_stream(learner)
 
 
 class BackgroundCollector:

@@ -41,14 +41,17 @@ class Runner:
     :param reward_scale: training rewards are multiplied by this (logged returns stay raw).
     :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`).
     :param generator: the torch generator actions are sampled with (None: torch's global one).
+    :param stream: the CUDA stream to act on (``--pipeline overlap``'s acting stream); None: the
+        caller's current stream.
     """
 
     def __init__(
         self, env: VecEnv, model: Network, device: torch.device, nsteps: int, tracker: EpisodeTracker,
         fields: Iterable[Field], timer: PhaseTimer | None = None, reward_scale: float = 1.0, precision: str = "fp32",
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | None = None, stream: torch.cuda.Stream | None = None,
     ):
         self.timer = timer or PhaseTimer()
+        self.stream = stream
         self.env = env
         self.nsteps = nsteps
         self.tracker = tracker
@@ -58,12 +61,20 @@ class Runner:
         self.frames: np.ndarray | dict[str, np.ndarray] | None = None
 
     def reset(self, seed: int | None) -> None:
+        with torch.cuda.stream(self.stream):  # a no-op for None
+            self._reset(seed)
+
+    def run(self) -> Segment:
+        with torch.cuda.stream(self.stream):
+            return self._run()
+
+    def _reset(self, seed: int | None) -> None:
         frames, lives = self.env.reset(seed=seed)
         self.tracker.reset(lives)
         self.actor.reset(frames)
         self.frames = frames
 
-    def run(self) -> Segment:
+    def _run(self) -> Segment:
         if self.frames is None:
             raise RuntimeError("call reset() before run()")
         T, N = self.nsteps, self.env.num_envs
