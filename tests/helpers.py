@@ -14,6 +14,8 @@ import torch
 from acer_sync.replay.buffer import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A test that needs a CUDA device: skipped here; tools/gpu_report.sh runs it on a GPU box (``-k cuda``).
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_report.sh runs it on a GPU box)")
 
 
 def read_progress(run_dir: Path) -> list[dict]:

@@ -13,7 +13,7 @@ import torch._dynamo
 from acer_sync.base.config import Config, build_config
 from acer_sync.replay.buffer import Batch
 from acer_sync.training.acer import ACER
-from helpers import categorical_net, gaussian_net, random_batch, recurrent_net
+from helpers import categorical_net, gaussian_net, random_batch, recurrent_net, requires_cuda
 
 T, N = 4, 3
 
@@ -88,10 +88,7 @@ def test_a_bool_compile_setting_of_an_older_run_still_means_what_it_did():
     assert Config(compile=True).compile == "network" and Config(compile=False).compile == "off"
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_report.sh runs it on a GPU box)")
-
-
-@CUDA
+@requires_cuda
 @pytest.mark.parametrize("mode", ["off", "update", "graph"])
 def test_cuda_update_is_sync_free_and_agrees_with_the_cpus(mode):
     # On CUDA the update never reads the device from the host, in every mode; compiled (and as a

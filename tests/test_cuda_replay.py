@@ -19,8 +19,8 @@ from acer_sync.nets.distributions import Categorical
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, empty_segment, to_batch
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
+from helpers import requires_cuda
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_report.sh runs it on a GPU box)")
 N, T, STACK, A = 3, 5, 4, 2
 
 
@@ -39,7 +39,7 @@ def test_the_side_stream_is_a_plain_call_off_cuda():
     assert side.stream is None and side(lambda: batch) is batch
 
 
-@CUDA
+@requires_cuda
 @pytest.mark.parametrize("storage", ["cuda", "cpu"])
 def test_cuda_replay_stores_gathers_and_loads_without_a_host_sync(storage):
     cuda = torch.device("cuda")
@@ -64,7 +64,7 @@ def test_cuda_replay_stores_gathers_and_loads_without_a_host_sync(storage):
         assert all(torch.equal(a.cpu(), b) for a, b in zip(batch.state, reference_batch.state))
 
 
-@CUDA
+@requires_cuda
 @pytest.mark.parametrize("storage", ["cuda", "cpu"])
 @pytest.mark.parametrize("network", ["mlp", "lstm"])
 def test_the_trainers_learning_step_never_waits_for_the_gpu(tmp_path, storage, network):

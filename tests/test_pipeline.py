@@ -22,7 +22,7 @@ from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from atari.errors import EnvFailed, EnvTimedOut
-from helpers import ROOT, gaussian_net, read_progress
+from helpers import ROOT, gaussian_net, read_progress, requires_cuda
 
 FAULTY = f"faulty_envs:{faulty_envs.ENV_ID}"
 
@@ -61,7 +61,7 @@ def test_overlap_is_the_same_run_for_a_seed_and_acts_one_update_behind(tmp_path)
     assert not all(torch.equal(a, b) for a, b in zip(first.model.parameters(), serial.model.parameters()))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_report.sh runs it on a GPU box)")
+@requires_cuda
 def test_cuda_overlap_acts_on_a_stream_of_its_own(tmp_path):
     # Acting's kernels and its per-step read of actions and μ do not queue behind the learner's
     # updates; the exchange still hands over the exact weights.

@@ -23,7 +23,7 @@ from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import categorical_net, ff_batch, gaussian_net, random_batch, recurrent_net
+from helpers import categorical_net, ff_batch, gaussian_net, random_batch, recurrent_net, requires_cuda
 
 CPU = torch.device("cpu")
 NATIVE_BF16_CPU = native_bf16(CPU)
@@ -288,7 +288,7 @@ def test_cartpole_learns_when_its_network_runs_in_bf16(tmp_path, mlp_in_bf16):
     assert returns[-1] >= 100, returns
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@requires_cuda
 def test_bf16_on_cuda_runs_the_passes_in_bf16_and_the_math_in_float32():
     cuda = torch.device("cuda")
     assert isinstance(native_bf16(cuda), bool)
