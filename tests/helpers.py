@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
-from acer_sync.replay.buffer import Batch
+from acer_sync.replay.buffer import Batch, empty_segment
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A test that needs a CUDA device: skipped here; tools/gpu_report.sh runs it on a GPU box (``-k cuda``).
@@ -174,3 +175,13 @@ def gaussian_net(obs_shape, action_dim, hidden, init_std, normalize_obs=False, a
     if arch == "lstm":
         spec["lstm_size"] = lstm_size
     return network_from_spec(spec)
+
+
+def random_segments(fields, nsteps: int, num_envs: int, count: int, seed: int = 0):
+    """``count`` segments with small random integers in every field (the buffer parity tests)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        segment = empty_segment(fields, nsteps, num_envs)
+        for array in (*segment[:-1], *segment.state):
+            array[...] = rng.integers(0, 5, array.shape).astype(array.dtype)
+        yield segment

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from acer_sync.nets.distributions import Categorical
-from acer_sync.replay.buffer import ReplayBuffer, Segment, buffer_fields, empty_segment, rebuild_stacks, to_batch
+from acer_sync.replay.buffer import ReplayBuffer, Segment, buffer_fields, rebuild_stacks, to_batch
 from atari.stacking import FrameStacker
+from helpers import random_segments
 
 N, T, STACK, A = 3, 5, 4, 2
 
@@ -201,11 +202,7 @@ def test_a_buffer_of_tensors_gathers_what_the_numpy_one_does_on_fixed_indices(tm
     numpy_buffer = ReplayBuffer(fields, N, T, 4 * T, STACK)
     tensor_buffer = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=True)
     assert isinstance(tensor_buffer.arrays["frames"], torch.Tensor) and tensor_buffer.nbytes == numpy_buffer.nbytes
-    rng = np.random.default_rng(0)
-    for _ in range(6):  # wraps around the ring of 4 segments
-        segment = empty_segment(fields, T, N)
-        for array in (*segment[:-1], *segment.state):
-            array[...] = rng.integers(0, 5, array.shape).astype(array.dtype)
+    for segment in random_segments(fields, T, N, count=6):  # wraps around the ring of 4 segments
         numpy_buffer.put(segment)
         tensor_buffer.put(segment)
     for index in (np.array([0, 3, 1]), np.array([2, 2, 2]), np.array([1, 0, 3])):

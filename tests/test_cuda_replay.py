@@ -16,10 +16,10 @@ import torch
 from acer_sync.base.config import build_config
 from acer_sync.base.transfer import SideStream
 from acer_sync.nets.distributions import Categorical
-from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, empty_segment, to_batch
+from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from helpers import requires_cuda
+from helpers import random_segments, requires_cuda
 
 N, T, STACK, A = 3, 5, 4, 2
 
@@ -47,13 +47,9 @@ def test_cuda_replay_stores_gathers_and_loads_without_a_host_sync(storage):
     reference = ReplayBuffer(fields, N, T, 4 * T, STACK)
     buffer = ReplayBuffer(fields, N, T, 4 * T, STACK, device=storage)
     side = SideStream(cuda, enabled=storage == "cpu")
-    rng = np.random.default_rng(0)
     loaded, expected = [], []
     with no_host_sync():
-        for _ in range(6):  # wraps around the ring of 4 segments
-            segment = empty_segment(fields, T, N)
-            for array in (*segment[:-1], *segment.state):
-                array[...] = rng.integers(0, 5, array.shape).astype(array.dtype)
+        for segment in random_segments(fields, T, N, count=6):  # wraps around the ring of 4 segments
             buffer.put(segment)
             reference.put(segment)
         for index in (np.array([0, 3, 1]), np.array([2, 2, 2])):
