@@ -39,7 +39,16 @@ import numpy as np
 import torch
 
 from acer_sync.api.run_metadata import package_versions
-from acer_sync.base.config import COMPILE_MODES, NETWORKS, PIPELINES, PRECISIONS, REPLAY_DEVICES, build_config, validate
+from acer_sync.base.config import (
+    COMPILE_MODES,
+    NETWORKS,
+    PIPELINES,
+    PRECISIONS,
+    REPLAY_DEVICES,
+    build_config,
+    compile_mode,
+    validate,
+)
 from acer_sync.base.errors import UserError, run_cli
 from acer_sync.base.transfer import numpy_dtype
 from acer_sync.cli.args import OneLineParser
@@ -66,7 +75,7 @@ def parse_args(argv: list[str]):
     parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
     parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
     parser.add_argument("--compile", nargs="?", const="network", default="off", choices=COMPILE_MODES, metavar="MODE",
-                        help="torch.compile, as train.py --compile: off (default), network, update or graph (CUDA)")
+                        help="torch.compile, as train.py --compile: off (default: bench measures the mode it is given), auto, network, update or graph (CUDA)")
     parser.add_argument("--network", choices=NETWORKS, default="auto", help="the torso, as train.py --network (default: auto)")
     parser.add_argument("--pipeline", choices=PIPELINES, default="serial",
                         help="as train.py --pipeline: serial (default) or overlap (learn while the envs collect in a thread)")
@@ -173,7 +182,7 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     """The same network passes in plain PyTorch on random uint8 frames already on the device."""
     T, N = config.nsteps, config.num_envs
     model = build_model(info, config).to(device)
-    if config.compile == "network":
+    if compile_mode(config, device.type) == "network":
         model.compile()
     average = build_model(info, config).to(device).requires_grad_(False)
     optimizer = RMSpropTF(model.parameters(), lr=config.lr)
@@ -341,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "default_buffer_gb": round(default_bytes / 1e9, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
-        "compile": config.compile,
+        "compile": trainer.agent.compile_mode,
         "pipeline": config.pipeline,
         "replay_device": trainer.buffer.device.type,
         "network": trainer.model.spec()["arch"],

@@ -29,7 +29,7 @@ def start_long_cartpole_run(run_dir: Path, num_envs: int, *extra: str) -> subpro
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "subproc",
          "--num-envs", str(num_envs), "--total-timesteps", "10000000", "--log-interval", "1",
-         "--run-dir", str(run_dir), "--no-progress", *extra],
+         "--run-dir", str(run_dir), "--no-progress", "--compile", "off", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.time() + 120

@@ -122,7 +122,7 @@ def test_train_py_stop_at_reward_stops_with_a_checkpoint_and_exits_0(tmp_path, e
     result = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "4",
          "--total-timesteps", "1000000", "--stop-at-reward", "12", "--log-interval", "1", "--run-dir", str(run_dir),
-         "--no-progress", *flags],
+         "--no-progress", "--compile", "off", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr

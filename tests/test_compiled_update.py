@@ -10,9 +10,11 @@ import pytest
 import torch
 import torch._dynamo
 
-from acer_sync.base.config import Config, build_config
+from acer_sync.base.config import AUTO_COMPILE_STEPS, Config, build_config, compile_mode
 from acer_sync.replay.buffer import Batch
 from acer_sync.training.acer import ACER
+from acer_sync.training.setup import build_trainer
+from atari.envs import env_info
 from helpers import categorical_net, gaussian_net, random_batch, recurrent_net, requires_cuda
 
 T, N = 4, 3
@@ -86,6 +88,37 @@ def test_compile_update_trains_and_agrees_with_eager():
 
 def test_a_bool_compile_setting_of_an_older_run_still_means_what_it_did():
     assert Config(compile=True).compile == "network" and Config(compile=False).compile == "off"
+
+
+def test_compile_auto_compiles_the_update_of_a_long_run_where_it_wins():
+    # The default: the update compiled for a run of 1M steps or more (the compile is then under 1%
+    # of it), except bf16 on a CPU; an explicit mode is kept.
+    long = {"env": "CartPole-v1", "total_timesteps": AUTO_COMPILE_STEPS}
+    assert Config().compile == "auto"
+    assert compile_mode(build_config(False, long), "cpu") == compile_mode(build_config(False, long), "cuda") == "update"
+    assert compile_mode(build_config(False, {**long, "total_timesteps": AUTO_COMPILE_STEPS - 1}), "cpu") == "off"
+    assert compile_mode(build_config(False, {**long, "precision": "bf16"}), "cpu") == "off"
+    assert compile_mode(build_config(False, {**long, "precision": "bf16"}), "cuda") == "update"
+    assert compile_mode(build_config(False, {**long, "compile": "off"}), "cpu") == "off"
+    assert compile_mode(build_config(False, {"env": "CartPole-v1", "compile": "network"}), "cpu") == "network"
+    # The presets' own lengths: Atari (10M) and MuJoCo (1M) compile, the classic preset (200k) not.
+    assert compile_mode(build_config(True, {"env": "PongNoFrameskip-v4"}), "cpu") == "update"
+    assert compile_mode(build_config(False, {"env": "HalfCheetah-v5"}, continuous=True), "cpu") == "update"
+    assert compile_mode(build_config(False, {"env": "CartPole-v1"}), "cpu") == "off"
+    # An update built on its own has no run to size: auto is eager there.
+    assert ACER(CASES["categorical-mlp"][0](), Config()).compile_mode == "off"
+
+
+def test_a_long_run_under_compile_auto_builds_a_compiled_update_and_says_so(tmp_path, caplog):
+    config = build_config(False, {"env": "CartPole-v1", "num_envs": 2, "vec_env": "sync", "hidden": "8",
+                                  "total_timesteps": AUTO_COMPILE_STEPS, "eval_every": 0})
+    with caplog.at_level("INFO", logger="acer_sync"):
+        trainer = build_trainer(config, env_info(config.env), tmp_path, builtin=False)  # compiles at the first update
+    try:
+        assert trainer.agent.compile_mode == "update" and trainer.agent.compiled and trainer.agent.sync_free
+        assert "--compile auto: the update compiles (a run of 1,000,000 steps)" in caplog.text
+    finally:
+        trainer.close()
 
 
 @requires_cuda

@@ -134,7 +134,7 @@ def test_sigint_saves_exits_130_and_the_run_resumes_overlapped_with_evaluations(
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "2",
          "--total-timesteps", "10000000", "--eval-every", "400", "--eval-episodes", "2", "--log-interval", "1",
-         "--pipeline", "overlap", "--run-dir", str(run_dir), "--no-progress"],
+         "--pipeline", "overlap", "--run-dir", str(run_dir), "--no-progress", "--compile", "off"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -77,7 +77,8 @@ def test_a_signal_after_an_evaluation_saves_exits_130_and_the_run_resumes(tmp_pa
     train = [sys.executable, str(ROOT / "train.py")]
     process = subprocess.Popen(
         [*train, "--env", "CartPole-v1", "--vec-env", "subproc", "--num-envs", "2", "--total-timesteps", "10000000",
-         "--eval-every", "400", "--eval-episodes", "2", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress"],
+         "--eval-every", "400", "--eval-episodes", "2", "--log-interval", "1", "--run-dir", str(run_dir), "--no-progress",
+         "--compile", "off"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

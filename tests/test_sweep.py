@@ -164,7 +164,8 @@ STOP_YAML = """\
 name: stop
 envs: [CartPole-v1]
 seeds: [0, 1]
-settings: {total_timesteps: 1000000, num_envs: 4, vec_env: sync, log_interval: 5, checkpoint_every: 1000000, eval_every: 0}
+settings: {total_timesteps: 1000000, num_envs: 4, vec_env: sync, log_interval: 5, checkpoint_every: 1000000, eval_every: 0,
+           compile: "off"}
 trial: {cpus: 1, gpus: 0}
 """
 

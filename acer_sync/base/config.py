@@ -22,8 +22,12 @@ def _f(default, help: str, **metadata):
 
 #: ``--pipeline``'s modes (:meth:`acer_sync.training.trainer.Trainer.iterate`).
 PIPELINES = ("serial", "overlap")
-#: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`).
-COMPILE_MODES = ("off", "network", "update", "graph")
+#: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`; ``auto``: :func:`compile_mode`).
+COMPILE_MODES = ("auto", "off", "network", "update", "graph")
+#: ``--compile auto`` compiles the update for a run of at least this many steps: there the compile
+#: (20–35 s on a CPU) is under 1% of the run, which the compiled update speeds up 1.4–1.9× end to
+#: end on the CPU (docs/performance.md).
+AUTO_COMPILE_STEPS = 1_000_000
 REPLAY_DEVICES = ("auto", "cpu", "cuda")
 #: The settings a resume may change (``--resume RUN_DIR`` with these flags, or ``acer_sync.train(resume=...)``):
 #: how long, on what and how the run computes, and where it reports. ``--help`` marks them.
@@ -64,8 +68,9 @@ class Config:
     replay_start: int = _f(10_000, "steps per env stored before replay begins")
     threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
     compile: str = _f(
-        "off", "torch.compile: off; network (the network's passes; a bare --compile); update (the whole ACER update, one "
-        "graph, with no host read in it); graph (the update as a CUDA graph, CUDA only)",
+        "auto", "torch.compile: auto (update for a run of 1M steps or more, except bf16 on a CPU; else off); off; network "
+        "(the network's passes; a bare --compile); update (the whole ACER update, one graph, with no host read in it); "
+        "graph (the update as a CUDA graph, CUDA only)",
         choices=COMPILE_MODES, metavar="MODE", const="network",
     )
     replay_device: str = _f(
@@ -314,3 +319,15 @@ def validate(config: Config) -> list[str]:
     except ValueError:
         problems.append(f"--hidden must be comma-separated integers, got {config.hidden!r}")
     return problems
+
+
+def compile_mode(config: Config, device_type: str) -> str:
+    """The ``--compile`` mode a run on ``device_type`` uses. ``auto`` is ``update`` for a run of at
+    least :data:`AUTO_COMPILE_STEPS` steps, else ``off``; and ``off`` for bf16 on a CPU, where eager
+    bf16 beats the compiled fp32 update on ``cnn_lstm`` and Inductor's bf16 C++ did not compile it
+    (docs/performance.md). Every other mode is itself."""
+    if config.compile != "auto":
+        return config.compile
+    if config.total_timesteps < AUTO_COMPILE_STEPS or (config.precision == "bf16" and device_type == "cpu"):
+        return "off"
+    return "update"

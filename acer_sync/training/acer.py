@@ -85,10 +85,15 @@ class ACER:
     :param model: the online actor-critic θ.
     :param config: the run's settings (gamma, c, trust region, coefficients, ...).
     :param timer: charges the Polyak update to the ``average_update`` phase (bench.py).
+    :param compile_mode: the ``--compile`` mode (:func:`acer_sync.base.config.compile_mode`, which
+        the Trainer's builder resolves for the run); None: ``config.compile``, with ``auto`` as ``off``.
     """
 
-    def __init__(self, model: Network, config: Config, timer: PhaseTimer | None = None, sync_free: bool | None = None):
+    def __init__(self, model: Network, config: Config, timer: PhaseTimer | None = None, sync_free: bool | None = None,
+                 compile_mode: str | None = None):
         self.config = config
+        #: The ``--compile`` mode this update runs in.
+        self.compile_mode = compile_mode or ("off" if config.compile == "auto" else config.compile)
         self.timer = timer or PhaseTimer()
         self.model = model
         self.distribution = distribution_of_spec(model.spec())
@@ -102,7 +107,7 @@ class ACER:
         self.optimizer = RMSpropTF(self.parameters, lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.optimizer.init_state()
         self.polyak = PolyakAverage(self.average_model, model)
-        compiled = config.compile in COMPILED_UPDATES
+        compiled = self.compile_mode in COMPILED_UPDATES
         #: Whether an update runs without a host read (see :meth:`update`).
         self.sync_free = (device.type == "cuda" or compiled) if sync_free is None else sync_free
         self.lr = torch.tensor(float(config.lr), device=device)  # the learning rate, on the device
@@ -113,7 +118,7 @@ class ACER:
         self._update = self._update_eager
         if compiled:
             self._update = torch.compile(
-                self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if config.compile == "graph" else None,
+                self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.compile_mode == "graph" else None,
             )
 
     @property
@@ -222,7 +227,7 @@ class ACER:
         values), the counters of non-finite updates are device tensors, and the statistics stay
         there until a progress row reads them. Otherwise (the CPU's eager default, where a host
         read costs nothing) the finite check is a host branch, as the frozen reference has it
-        (``tests/reference_acer.py``); both give the same bits. ``config.compile`` ``update``
+        (``tests/reference_acer.py``); both give the same bits. :attr:`compile_mode` ``update``
         runs it through ``torch.compile(fullgraph=True)``, ``graph`` also as a CUDA graph.
         """
         T, N = batch.actions.shape[:2]
@@ -243,7 +248,7 @@ class ACER:
             # torch.compile fails before the update runs (a graph it cannot capture, a user's torso,
             # or a code-generation bug such as Inductor's for bf16 on some CPUs): run it eagerly.
             first_line = next(iter(str(error).strip().splitlines()), "")[:160]
-            log.warning(f"warning: --compile {self.config.compile}: torch.compile failed ({type(error).__name__}: "
+            log.warning(f"warning: --compile {self.compile_mode}: torch.compile failed ({type(error).__name__}: "
                         f"{first_line}); the update runs eagerly")
             self.compiled, self._update = False, self._update_eager
             release_frames(error)

@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from acer_sync.base.config import Config
+from acer_sync.base.config import Config, compile_mode
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
 from acer_sync.base.timing import PhaseTimer
@@ -143,9 +143,13 @@ def build_trainer(
     storage = replay_device(config, device, buffer_bytes)
     if storage.type == "cpu":
         check_buffer_fits(config, buffer_bytes)
-    if config.compile == "network":
+    compiling = compile_mode(config, device.type)
+    if config.compile == "auto" and compiling != "off":
+        log.info(f"--compile auto: the update compiles (a run of {config.total_timesteps:,} steps); its first update "
+                 "waits for the compile, 20-35 s on a CPU (--compile off runs it eagerly)")
+    if compiling == "network":
         model.compile()  # in place: the state_dict keys stay the same
-    agent = ACER(model, config, timer)
+    agent = ACER(model, config, timer, compile_mode=compiling)
     warning = slow_bf16_warning(config.precision, device, model)
     if warning is not None:
         log.warning(warning)
