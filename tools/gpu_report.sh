@@ -4,12 +4,13 @@
 # OUT_DIR/<device>-<commit>.jsonl.
 #
 #   tools/gpu_report.sh                               # on a GPU box: --device cuda, 40 s a figure, 9 minutes in all
-#   tools/gpu_report.sh --out "$OUT/bench"            # on the lent device machine: its files come back from $OUT
+#   tools/gpu_report.sh --out "$OUT/bench"            # on the lent device machine, carrying .whl (tools/gpu_wheels.sh):
+#                                                     # its files come back from $OUT; copy them to docs/bench/
 #   tools/gpu_report.sh --device cpu --seconds 4 --budget 120 --out /tmp/report   # the dry run, on a CPU
 #
 # Options: --device cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting,
 # default 40), --budget S (the whole report's wall time, default 540: a setting that would not fit
-# is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python).
+# is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3).
 # Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
 # then the other settings. Each bench line is bench.py's own JSON with "report": the setting's flags
@@ -17,7 +18,7 @@
 # stderr and the tests' output go to OUT_DIR/<device>-<commit>.log.
 set -u
 cd "$(dirname "$0")/.."
-DEVICE=cuda SECONDS_PER=40 BUDGET=540 OUT_DIR=docs/bench PY=${PYTHON:-python}
+DEVICE=cuda SECONDS_PER=40 BUDGET=540 OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
     --device) DEVICE=$2; shift 2 ;;
@@ -28,6 +29,13 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_report.sh: error: unknown option $1 (see the header of tools/gpu_report.sh)" >&2; exit 2 ;;
   esac
 done
+# The lent device machine's image has torch but not gymnasium or ale-py: tools/gpu_wheels.sh puts
+# their wheels in .whl here, a device call carries it, and they are installed beside the image's.
+if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_report_site .whl/*.whl \
+    || { echo "gpu_report.sh: error: the wheels in .whl did not install" >&2; exit 2; }
+  export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
+fi
 if [ "$DEVICE" = cuda ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "gpu_report.sh: error: --device cuda, but torch sees no CUDA device (a dry run: --device cpu)" >&2
   exit 2
