@@ -28,6 +28,7 @@ COMPILE_MODES = ("auto", "off", "network", "update", "graph")
 #: (20–35 s on a CPU) is under 1% of the run, which the compiled update speeds up 1.4–1.9× end to
 #: end on the CPU (docs/performance.md).
 AUTO_COMPILE_STEPS = 1_000_000
+#: ``--replay-device``'s choices (:func:`acer_sync.training.setup.replay_device`).
 REPLAY_DEVICES = ("auto", "cpu", "cuda")
 #: The settings a resume may change (``--resume RUN_DIR`` with these flags, or ``acer_sync.train(resume=...)``):
 #: how long, on what and how the run computes, and where it reports. ``--help`` marks them.
