@@ -177,7 +177,7 @@ def acer_policy_gain(
     # [1 − c/ρ]_+ is nonzero only where ρ > c (≥ 0), so the division there never sees ρ = 0;
     # where ρ ≤ c, including π = μ with c ≥ 1, the weight is exactly zero.
     rho = rho.detach()
-    correction_weight = torch.where(rho > c, 1.0 - c / rho, torch.zeros((), dtype=rho.dtype))
+    correction_weight = torch.where(rho > c, 1.0 - c / rho, rho.new_zeros(()))
     advantage_all = q.detach() - values.unsqueeze(-1)
     gain_correction = (log_pi * (correction_weight * pi.detach() * advantage_all)).sum(-1)
     return gain_truncated, gain_correction
