@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
         "compile": trainer.agent.compile_mode,
+        # False where a compile was asked for and failed: the update ran eagerly (its warning is on stderr).
+        "update_compiled": trainer.agent.compiled,
         "pipeline": config.pipeline,
         "replay_device": trainer.buffer.device.type,
         "network": trainer.model.spec()["arch"],

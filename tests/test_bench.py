@@ -13,7 +13,7 @@ KEYS = {
     "steps_per_sec", "steps_per_sec_timed", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
     "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
     "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
-    "gpu_busy_fraction", "pipeline", "compile", "replay_device",
+    "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "replay_device",
 }
 PHASES = {"env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -33,6 +33,7 @@ def test_bench_prints_json_with_every_key(env, network, arch):
     if env == "PongNoFrameskip-v4":
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
     assert figures["gpu_busy_fraction"] is None and figures["replay_device"] == "cpu"  # no CUDA here
+    assert figures["compile"] == "off" and figures["update_compiled"] is False
 
 
 def test_the_gpu_busy_fraction_averages_nvidia_smis_utilization(tmp_path):

@@ -69,6 +69,9 @@ setting() {  # bench.py's flags for one setting
   fi
   echo "{\"report\": \"$*\", ${line:1}" >> "$out"
   echo "  done: $* ($(( $(date +%s) - start )) s)"
+  case "$*" in *"--compile update"*|*"--compile graph"*)
+    case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac ;;
+  esac
 }
 
 cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS

@@ -23,9 +23,8 @@ from atari import parts
 class PolicyTerms(NamedTuple):
     """What the two kinds of policy hand to the shared part of :meth:`ACER.update`."""
 
-    stats: torch.Tensor  # φ_θ(x_t), [T, N, stat_size], differentiable in the network
-    stats_param: torch.Tensor  # the same values as a leaf: ĝ^acer is taken with respect to it
-    gain_truncated: torch.Tensor  # [T, N], functions of stats_param
+    stats: torch.Tensor  # φ_θ(x_t), [T, N, stat_size], differentiable in the network: ĝ^acer is taken there
+    gain_truncated: torch.Tensor  # [T, N], functions of stats (every other factor detached)
     gain_correction: torch.Tensor  # [T, N]
     loss_critic: torch.Tensor  # scalar, differentiable in the network
     q_taken: torch.Tensor  # Q(x_t, a_t) or Q̃(x_t, a_t), [T, N], detached
@@ -158,12 +157,9 @@ class ACER:
             batch.rewards, batch.dones, q_taken.detach(), values_all, rho_taken, cfg.gamma,
             timeout_values=batch.timeout_values,
         )
-        pi_stat = pi.detach().requires_grad_(True)
-        gain_truncated, gain_correction = losses.acer_policy_gain(
-            pi_stat, q, values, q_ret, rho, batch.actions, cfg.c
-        )
+        gain_truncated, gain_correction = losses.acer_policy_gain(pi, q, values, q_ret, rho, batch.actions, cfg.c)
         loss_q = 0.5 * (q_ret - q_taken).pow(2).mean()
-        return PolicyTerms(pi, pi_stat, gain_truncated, gain_correction, loss_q, q_taken.detach(), q_ret, rho_taken)
+        return PolicyTerms(pi, gain_truncated, gain_correction, loss_q, q_taken.detach(), q_ret, rho_taken)
 
     def _gaussian_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
         """§5 and Algorithm 3: the SDN's Q̃ (eq. 13) with n samples u_i ~ π, Q^ret with
@@ -186,9 +182,8 @@ class ACER:
         q_taken = losses.sdn_q(values, advantage[:, :, 0], advantage_u)
         q_prime = losses.sdn_q(values, advantage[:, :, n + 1], advantage_u)
 
-        stats_param = stats.detach().requires_grad_(True)
-        log_pi_taken = dist.log_prob(stats_param, batch.actions)
-        log_pi_prime = dist.log_prob(stats_param, a_prime)
+        log_pi_taken = dist.log_prob(stats, batch.actions)
+        log_pi_prime = dist.log_prob(stats, a_prime)
         log_rho_taken = log_pi_taken.detach() - dist.log_prob(batch.mu, batch.actions)
         log_rho_prime = log_pi_prime.detach() - dist.log_prob(batch.mu, a_prime)
 
@@ -208,7 +203,7 @@ class ACER:
         v_target = losses.value_target(log_rho_taken, q_ret, q_taken, values)
         loss_critic = 0.5 * (q_ret - q_taken).pow(2).mean() + 0.5 * (v_target - values).pow(2).mean()
         return PolicyTerms(
-            stats, stats_param, gain_truncated, gain_correction, loss_critic, q_taken.detach(), q_ret,
+            stats, gain_truncated, gain_correction, loss_critic, q_taken.detach(), q_ret,
             torch.exp(log_rho_taken),
         )
 
@@ -265,10 +260,12 @@ class ACER:
             features_avg, _ = self.average_net.unroll(obs_avg, batch.firsts[:T], batch.state)
             stats_avg = self.average_net.policy_of(features_avg).reshape(T, N, -1)
 
-        # ĝ^acer with respect to the statistics φ, one row per sample.
-        entropy = dist.entropy(terms.stats_param)
+        # ĝ^acer with respect to the statistics φ, one row per sample: the gradient stops at φ (the
+        # network's output, not a fresh leaf: Dynamo in torch 2.11 cannot trace requires_grad_),
+        # and the graph is kept for the backward pass through the network below.
+        entropy = dist.entropy(terms.stats)
         objective = (terms.gain_truncated + terms.gain_correction + cfg.ent_coef * entropy).sum()
-        (g,) = torch.autograd.grad(objective, terms.stats_param)
+        (g,) = torch.autograd.grad(objective, terms.stats, retain_graph=True)
         stats_now = terms.stats.detach()
         k = dist.kl_grad(stats_avg, stats_now)
         z = losses.trust_region_adjust(g, k, cfg.delta) if cfg.trust_region else g
