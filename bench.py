@@ -293,6 +293,14 @@ def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, di
     return untimed_sps, timed_sps, phases, busy.fraction
 
 
+def cudagraph_skips() -> int:
+    """How many compiled graphs Inductor ran without a CUDA graph (its log says why at the
+    ``perf_hints`` level: a mutated input that is not static, a CPU tensor, ...)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not (math.isfinite(args.seconds) and args.seconds > 0):
@@ -353,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         "compile": trainer.agent.compile_mode,
         # False where a compile was asked for and failed: the update ran eagerly (its warning is on stderr).
         "update_compiled": trainer.agent.compiled,
+        # --compile graph: the graphs cudagraph trees skipped (ran without a CUDA graph), 0 where all replayed.
+        "cudagraph_skips": cudagraph_skips() if trainer.agent.compile_mode == "graph" else None,
         "pipeline": config.pipeline,
         "replay_device": trainer.buffer.device.type,
         "network": trainer.model.spec()["arch"],

@@ -131,6 +131,7 @@ def test_cuda_update_is_sync_free_and_agrees_with_the_cpus(mode):
     model = make_model()
     twin = copy.deepcopy(model)
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     on_cuda = ACER(model.cuda(), config_for(gaussian, compile=mode, device="cuda"))
     on_cpu = ACER(twin, config_for(gaussian))
     assert on_cuda.sync_free
@@ -149,8 +150,33 @@ def test_cuda_update_is_sync_free_and_agrees_with_the_cpus(mode):
     # Compiled where asked: a failed compile falls back to the eager update with a warning, which
     # would leave these timings eager unnoticed (torch 2.11's Dynamo refused requires_grad_).
     assert on_cuda.compiled == (mode != "off")
+    if mode == "graph":  # and replayed as CUDA graphs, not skipped (a mutated input that is not static)
+        assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-3, atol=1e-4)
+
+
+def test_the_cuda_graph_mode_marks_what_the_update_changes_in_place_as_static_also_after_a_load():
+    # A CUDA graph replays at fixed addresses, and cudagraph trees skip the graph of a function
+    # that mutates an input they would copy: RMSProp's v, the average's buffers (a normalizer's
+    # statistics here) and the counters must be static inputs, as parameters are by themselves.
+    from torch._dynamo.utils import get_static_address_type
+
+    make_model, gaussian = CASES["gaussian-mlp"]
+    graphed = ACER(make_model(), config_for(gaussian, compile="graph"))
+    buffers = list(graphed.average_model.buffers())
+    assert buffers  # the observation normalizer's
+    marked = graphed.mark_static_inputs()
+    assert len(marked) == len(graphed.parameters) + len(buffers) + 3
+    assert all(get_static_address_type(tensor) is not None for tensor in marked)
+    # A checkpoint's optimizer state is new tensors: loading it marks them.
+    before = [state["square_avg"] for state in graphed.optimizer.state.values()]
+    graphed.optimizer.load_state_dict(copy.deepcopy(graphed.optimizer.state_dict()))
+    after = [state["square_avg"] for state in graphed.optimizer.state.values()]
+    assert all(new is not old for new, old in zip(after, before))
+    assert all(get_static_address_type(tensor) == "unguarded" for tensor in after)
+    eager = ACER(make_model(), config_for(gaussian))
+    assert all(get_static_address_type(state["square_avg"]) is None for state in eager.optimizer.state.values())
 
 
 def test_a_compile_that_fails_falls_back_to_the_eager_update_with_one_warning(monkeypatch, caplog):

@@ -70,7 +70,8 @@ setting() {  # bench.py's flags for one setting
   echo "{\"report\": \"$*\", ${line:1}" >> "$out"
   echo "  done: $* ($(( $(date +%s) - start )) s)"
   case "$*" in *"--compile update"*|*"--compile graph"*)
-    case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac ;;
+    case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac
+    case "$line" in *'"cudagraph_skips": 0'*|*'"cudagraph_skips": null'*) ;; *) echo "  note: some compiled graphs ran without a CUDA graph (cudagraph_skips)" ;; esac ;;
   esac
 }
 

@@ -119,6 +119,24 @@ class ACER:
             self._update = torch.compile(
                 self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.compile_mode == "graph" else None,
             )
+        if self.compile_mode == "graph":
+            self.mark_static_inputs()
+            self.optimizer.register_load_state_dict_post_hook(lambda optimizer: self.mark_static_inputs())
+
+    def mark_static_inputs(self) -> list[torch.Tensor]:
+        """Mark the tensors the update changes in place, other than parameters, as static inputs
+        of the CUDA graph: RMSProp's v, the average network's buffers, the learning rate and the
+        counters. A CUDA graph replays at fixed addresses, and cudagraph trees skip the graph of a
+        function that mutates an input they must copy ("mutated inputs"); parameters are static
+        already. A checkpoint's optimizer state is new tensors, so loading one marks them again.
+        Returns the tensors marked."""
+        import torch._dynamo
+
+        tensors = [state["square_avg"] for state in self.optimizer.state.values()]
+        tensors += [*self.polyak.average_buffers, self.lr, self._nonfinite_total, self._nonfinite_streak]
+        for tensor in tensors:
+            torch._dynamo.mark_static_address(tensor)  # unguarded: a new address re-records the graph
+        return tensors
 
     @property
     def nonfinite_updates(self) -> int:
