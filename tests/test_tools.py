@@ -256,6 +256,13 @@ def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
 
 
+def test_the_torch_check_asks_for_a_version_in_one_line():
+    # tools/torch_check.sh builds a virtualenv with another torch (gigabytes): only its usage here.
+    result = subprocess.run(["bash", str(ROOT / "tools" / "torch_check.sh")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0 and result.stderr.count("\n") == 1 and "usage: tools/torch_check.sh" in result.stderr
+
+
 def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
     import acer_sync
 
