@@ -263,6 +263,14 @@ def test_the_torch_check_asks_for_a_version_in_one_line():
     assert result.returncode != 0 and result.stderr.count("\n") == 1 and "usage: tools/torch_check.sh" in result.stderr
 
 
+def test_the_gpu_sharing_script_rejects_an_unknown_option_in_one_line(tmp_path):
+    # tools/gpu_share.sh runs K train.py processes at once on the lent GPU; its dry run on the CPU
+    # (--device cpu --env CartPole-v1) takes a minute, so only its option check runs here.
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_share.sh"), "--gpus", "2", "--out", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "unknown option --gpus" in result.stderr
+
+
 def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
     import acer_sync
 
