@@ -29,13 +29,8 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_report.sh: error: unknown option $1 (see the header of tools/gpu_report.sh)" >&2; exit 2 ;;
   esac
 done
-# The lent device machine's image has torch but not gymnasium or ale-py: tools/gpu_wheels.sh puts
-# their wheels in .whl here, a device call carries it, and they are installed beside the image's.
-if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_report_site .whl/*.whl \
-    || { echo "gpu_report.sh: error: the wheels in .whl did not install" >&2; exit 2; }
-  export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
-fi
+# gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
+source tools/use_wheels.sh
 if [ "$DEVICE" = cuda ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "gpu_report.sh: error: --device cuda, but torch sees no CUDA device (a dry run: --device cpu)" >&2
   exit 2

@@ -28,12 +28,8 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_share.sh: error: unknown option $1 (see the header of tools/gpu_share.sh)" >&2; exit 2 ;;
   esac
 done
-# As tools/gpu_report.sh: the lent machine's image lacks gymnasium and ale-py; .whl holds them.
-if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_report_site .whl/*.whl \
-    || { echo "gpu_share.sh: error: the wheels in .whl did not install" >&2; exit 2; }
-  export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
-fi
+# gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
+source tools/use_wheels.sh
 mkdir -p "$OUT_DIR" || exit 2
 threads=$(( $(nproc) / TRIALS )); [ "$threads" -ge 1 ] || threads=1
 

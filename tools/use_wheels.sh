@@ -1,0 +1,8 @@
+# Sourced by tools/gpu_report.sh and tools/gpu_share.sh, with PY set: the lent device machine's image
+# has torch but not gymnasium or ale-py; tools/gpu_wheels.sh puts their wheels in .whl here, a device
+# call carries it, and they are installed beside the image's packages (exit 2 if they do not install).
+if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_report_site .whl/*.whl \
+    || { echo "$(basename "$0"): error: the wheels in .whl did not install" >&2; exit 2; }
+  export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
+fi
