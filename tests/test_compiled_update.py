@@ -11,6 +11,7 @@ import torch
 import torch._dynamo
 
 from acer_sync.base.config import AUTO_COMPILE_STEPS, Config, build_config, compile_mode
+from acer_sync.base.transfer import LaggedRead
 from acer_sync.replay.buffer import Batch
 from acer_sync.training.acer import ACER
 from acer_sync.training.setup import build_trainer
@@ -154,6 +155,33 @@ def test_cuda_update_is_sync_free_and_agrees_with_the_cpus(mode):
         assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == 0
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-3, atol=1e-4)
+
+
+def test_the_trainers_check_of_the_non_finite_streak_is_exact_off_cuda():
+    make_model, gaussian = CASES["categorical-mlp"]
+    agent = ACER(make_model(), config_for(gaussian))
+    for streak in (3, 0, 7):
+        agent._nonfinite_streak.fill_(streak)
+        assert agent.recent_nonfinite_streak() == streak == agent.nonfinite_streak
+
+
+@requires_cuda
+def test_cuda_the_non_finite_streak_is_checked_without_waiting_for_the_updates():
+    # The Trainer checks the streak once an iteration; on CUDA it reads the newest copy that has
+    # landed in pinned memory, so a busy stream is never waited for.
+    streak = torch.zeros((), dtype=torch.int64, device="cuda")
+    read = LaggedRead(streak)
+    assert read.latest() == 0  # nothing copied yet: this first read waits, once
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        torch.cuda._sleep(10**8)  # the stream busy for tens of milliseconds
+        streak.add_(5)
+        read.request()
+        while_busy = read.latest()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    assert while_busy == 0 and read.latest() == 5
 
 
 def test_the_cuda_graph_mode_marks_what_the_update_changes_in_place_as_static_also_after_a_load():

@@ -1,5 +1,5 @@
 """Arrays between the host and a device: numpy and torch dtypes, the upload through pinned memory,
-and loads on a side stream."""
+loads on a side stream, and a scalar read back without waiting."""
 
 from __future__ import annotations
 
@@ -54,6 +54,40 @@ class SideStream:
         for tensor in _tensors(loaded):
             tensor.record_stream(current)
         return loaded
+
+
+class LaggedRead:
+    """A device scalar read from the host without waiting for the device. On CUDA, :meth:`latest`
+    returns the value of the newest copy that has landed in pinned host memory (each copy queued
+    by :meth:`request` behind the work before it, its arrival known from an event), so a check
+    from the host lags the device by the work still queued and never stalls it; only a read
+    before any copy has landed waits. Off CUDA both read the tensor itself, exactly.
+    """
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+        self.cuda = tensor.device.type == "cuda"
+        self.host = torch.zeros((), dtype=tensor.dtype, pin_memory=True) if self.cuda else None
+        self.event = torch.cuda.Event() if self.cuda else None
+        self.pending = False  # a copy is queued whose value has not been taken
+        self.seen: int | float | bool | None = None
+
+    def request(self) -> None:
+        """Queue a copy of the tensor's value as of the work queued so far."""
+        if self.cuda:
+            self.host.copy_(self.tensor, non_blocking=True)
+            self.event.record()
+            self.pending = True
+
+    def latest(self) -> int | float | bool:
+        """The value of the newest copy that has landed (off CUDA: the tensor's value now)."""
+        if not self.cuda:
+            return self.tensor.item()
+        if self.pending and self.event.query():
+            self.seen, self.pending = self.host.item(), False
+        if self.seen is None:  # nothing has landed yet: read it once, waiting
+            self.seen = self.tensor.item()
+        return self.seen
 
 
 def _tensors(value) -> Iterator[torch.Tensor]:

@@ -11,6 +11,7 @@ from torch import nn
 from acer_sync.base.config import Config
 from acer_sync.base.log import log
 from acer_sync.base.timing import PhaseTimer
+from acer_sync.base.transfer import LaggedRead
 from acer_sync.math import losses
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.distributions import distribution_of_spec
@@ -112,6 +113,7 @@ class ACER:
         self.lr = torch.tensor(float(config.lr), device=device)  # the learning rate, on the device
         self._nonfinite_total = torch.zeros((), dtype=torch.int64, device=device)
         self._nonfinite_streak = torch.zeros((), dtype=torch.int64, device=device)  # non-finite updates in a row
+        self._streak_read = LaggedRead(self._nonfinite_streak)
         self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
         self.compiled = compiled
         self._update = self._update_eager
@@ -151,6 +153,15 @@ class ACER:
     def nonfinite_streak(self) -> int:
         """Non-finite updates in a row, up to the last one; a host read."""
         return int(self._nonfinite_streak)
+
+    def recent_nonfinite_streak(self) -> int:
+        """:attr:`nonfinite_streak` as of the newest update the device has finished, without
+        waiting for it: on CUDA the value of the previous call's copy where it has landed (so it
+        lags by the updates still queued, at least those since the previous call), elsewhere exact.
+        The Trainer checks it once an iteration; a check that waited would stall the stream."""
+        streak = self._streak_read.latest()
+        self._streak_read.request()
+        return int(streak)
 
     def _categorical_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
         """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions.

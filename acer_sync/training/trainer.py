@@ -195,9 +195,10 @@ class Trainer:
             while stopper is None and self.timesteps < cfg.total_timesteps and stop.signal_name is None:
                 self.iterate()
                 stopper = self.callbacks.on_rollout_end(self)
-                if self.agent.nonfinite_streak >= cfg.max_nonfinite:
+                streak = self.agent.recent_nonfinite_streak()  # on CUDA, without waiting for the updates
+                if streak >= cfg.max_nonfinite:
                     return self._end(self._outcome(
-                        Stop.NONFINITE, f"{self.agent.nonfinite_streak} non-finite updates in a row at step "
+                        Stop.NONFINITE, f"{streak} non-finite updates in a row at step "
                         f"{self.timesteps}; stopped, keeping the last good checkpoint",
                     ))
         except EnvFailed as error:
