@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from acer_sync.base.config import build_config
-from acer_sync.base.errors import EXIT_CODES, exit_code
+from acer_sync.base.errors import EXIT_CODES, WriteFailed, exit_code
 from acer_sync.base.outcome import Stop
 from acer_sync.training.callbacks import CheckpointCallback
 from acer_sync.training.checkpoint import load_checkpoint
@@ -220,23 +220,29 @@ def test_graceful_stop_turns_the_first_signal_into_a_flag_and_the_second_sigint_
     assert signal.getsignal(signal.SIGTERM) is not stop._handle  # handlers restored
 
 
-@pytest.mark.parametrize("where", ["save", "close"])
+@pytest.mark.parametrize("where", ["save", "save broken", "close"])
 def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one_line(tmp_path, capsys, where):
-    # The race CI once hit: the second SIGINT landed while the env workers were being closed.
+    # The races CI hit: the second SIGINT landed while the env workers were being closed, and
+    # inside torch.save, whose zip writer, left mid-record, then failed to close ("unexpected
+    # pos"), a RuntimeError that save_checkpoint reports as a failed write.
     config = cartpole_config(total_timesteps=80)
     trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
 
     def second_sigint(*args, **kwargs):
+        if where == "save broken":
+            trainer.stop.second_signal = "SIGINT"  # what GracefulStop's handler records before it raises
+            raise WriteFailed(tmp_path / "checkpoints" / "latest.pt", RuntimeError("[enforce fail at "
+                              "inline_container.cc:672] . unexpected pos 12864 vs 12816"))
         raise KeyboardInterrupt
 
     checkpoints = next(c for c in trainer.callbacks.callbacks if isinstance(c, CheckpointCallback))
-    setattr(checkpoints if where == "save" else trainer, where, second_sigint)
+    setattr(checkpoints if where.startswith("save") else trainer, where.split()[0], second_sigint)
     outcome = trainer.train()
     assert capsys.readouterr().err == ""  # the Trainer prints no error line: the script does
     assert exit_code(outcome, "train.py") == 130
     # The message says truthfully what the run directory holds: the interrupted final save wrote
     # nothing (and this run had written no periodic checkpoint); an interrupted close comes after it.
-    kept = "no checkpoint was written" if where == "save" else "checkpoints/latest.pt holds step 80"
+    kept = "no checkpoint was written" if where.startswith("save") else "checkpoints/latest.pt holds step 80"
     assert capsys.readouterr().err == f"train.py: error: second SIGINT: exiting at once; {kept}\n"
     trainer.env.close()
 

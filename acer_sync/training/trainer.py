@@ -212,6 +212,8 @@ class Trainer:
                     Stop.ENV_DIED if isinstance(error, EnvWorkerDied) else Stop.ENV_FAILED)
             return self._end(self._outcome(stop_kind, f"{error}; saved a checkpoint at step {self.timesteps}"))
         except WriteFailed as error:
+            if stop.interrupted_twice:  # the second signal broke the write: train() exits at once
+                raise
             return self._end(self._outcome(Stop.WRITE_FAILED, f"{error}; {self._checkpoint_kept()}"))
         except CallbackFailed as failure:
             log.info(f"a callback raised {type(failure.error).__name__}: saving a checkpoint at step {self.timesteps}")
@@ -229,6 +231,10 @@ class Trainer:
         try:
             self.callbacks.on_training_end(self, outcome)
         except WriteFailed as error:
+            # A second signal inside torch.save leaves its zip writer mid-record, and the writer's
+            # close then fails ("unexpected pos"): not a full disk, the second signal's exit.
+            if self.stop.interrupted_twice:
+                raise
             before = f"{outcome.error}; then " if outcome.error else ""
             outcome = self._outcome(Stop.WRITE_FAILED, f"{before}{error}; {self._checkpoint_kept()}")
         finally:
