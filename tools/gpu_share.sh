@@ -10,12 +10,13 @@
 #   tools/gpu_share.sh --device cpu --env CartPole-v1 --trials 2 --seconds 20 --out /tmp/share   # its dry run
 #
 # Options: --env ID (default PongNoFrameskip-v4), --device D (cuda), --trials K (4), --seconds S
-# (120), --out DIR (docs/bench/share), --python PY; anything after -- goes to every train.py. Each
+# (120), --out DIR (runs/gpu_share: the trials' run directories, checkpoints included, land there;
+# copy share.jsonl to docs/bench/), --python PY; anything after -- goes to every train.py. Each
 # trial's steps/s is measured between its progress rows (one every 5 s) over the last 60% of its
 # time, past start-up and the compile; a phase's runs start together and are stopped by SIGINT.
 set -u
 cd "$(dirname "$0")/.."
-ENV_ID=PongNoFrameskip-v4 DEVICE=cuda TRIALS=4 SECONDS_PER=120 OUT_DIR=docs/bench/share PY=${PYTHON:-$(command -v python || command -v python3)}
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda TRIALS=4 SECONDS_PER=120 OUT_DIR=runs/gpu_share PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
     --env) ENV_ID=$2; shift 2 ;;
