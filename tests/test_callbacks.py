@@ -57,6 +57,9 @@ def test_a_callback_that_returns_false_stops_the_run_with_a_checkpoint(tmp_path)
     assert "Recorder stopped the run at step 30" in outcome.message
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 30
     assert recorder.events[-1] == ("end", Stop.CALLBACK)
+    # No row was due (every 4 iterations), and the run ended after 3: the row of the end is written
+    # all the same, so progress.csv shows where the stop came (--stop-at-reward's step and mean).
+    assert [int(row["total_timesteps"]) for row in read_progress(run_dir)] == [30]
     # acer_sync.train returns the run directory for a stop by a callback, and the run resumes.
     assert acer_sync.train(resume=run_dir, total_timesteps=60, progress_bar=False) == run_dir
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 60

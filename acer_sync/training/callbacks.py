@@ -288,9 +288,12 @@ class EvalCallback(Callback):
 
 class ProgressCallback(Callback):
     """Writes the progress row to ``progress.csv`` and TensorBoard (``acer_sync.training.logger.Logger``)
-    every ``log_interval`` iterations, at the end, once ``log_seconds`` of wall time passed since
-    the last row (so a slow run's first row comes after ``log_seconds``), and with every
-    evaluation. ``fps`` counts training only: evaluation time is left out."""
+    every ``log_interval`` iterations, once ``log_seconds`` of wall time passed since the last row
+    (so a slow run's first row comes after ``log_seconds``), with every evaluation, and at the end,
+    however the run ends (a callback's stop, a signal, a failure): the steps since the last row
+    are in it, so the row where ``--stop-at-reward`` was reached is there. Not after a failed
+    write (the disk that refused the checkpoint). ``fps`` counts training only: evaluation time
+    is left out."""
 
     def __init__(self, run_dir: Path, config: Config, resume_step: int | None = None):
         self.run_dir = run_dir
@@ -326,7 +329,13 @@ class ProgressCallback(Callback):
         return cfg.log_seconds > 0 and time.perf_counter() - self.interval_start >= cfg.log_seconds
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        if self.logger is not None:
+        if self.logger is None:
+            return
+        try:
+            if self.interval_steps > 0 and outcome.stop is not Stop.WRITE_FAILED:
+                elapsed = time.perf_counter() - self.interval_start
+                self.logger.log(progress_row(trainer, self.interval_steps / max(elapsed, 1e-9)))
+        finally:
             self.logger.close()
 
 
