@@ -271,6 +271,33 @@ def test_the_gpu_sharing_script_rejects_an_unknown_option_in_one_line(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "unknown option --gpus" in result.stderr
 
 
+def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reached(tmp_path):
+    # tools/gpu_pong.sh takes Pong to 20 on the lent GPU across device calls; its dry run on CartPole:
+    # a piece cut by time (SIGINT, a checkpoint), a resume that reaches the target, and a call after.
+    run_dir, outs = tmp_path / "run", [tmp_path / f"out{i}" for i in range(3)]
+
+    def piece(out, reward, seconds):
+        command = ["bash", str(ROOT / "tools" / "gpu_pong.sh"), "--device", "cpu", "--env", "CartPole-v1", "--reward",
+                   str(reward), "--seconds", str(seconds), "--run-dir", str(run_dir), "--out", str(out), "--python",
+                   sys.executable, "--", "--compile", "off"]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    first = piece(outs[0], 1000, 6)  # CartPole's most is 500: cut by time
+    assert first.returncode == 0, first.stderr
+    assert {"config.json", "progress.csv", "segments.jsonl", "train.log"} <= {p.name for p in outs[0].iterdir()}
+    assert [p.name for p in (outs[0] / "checkpoints").iterdir()] == ["latest.pt"]
+    (cut,) = [json.loads(line) for line in (outs[0] / "segments.jsonl").read_text().splitlines()]
+    assert cut["segment"] == "fresh" and cut["exit_code"] == 124 and cut["reached"] is None and cut["steps"] > 0
+    second = piece(outs[1], 10, 60)
+    assert second.returncode == 0, second.stderr
+    segments = [json.loads(line) for line in (outs[1] / "segments.jsonl").read_text().splitlines()]
+    assert [line["segment"] for line in segments] == ["fresh", "resume"] and segments[1]["exit_code"] == 0
+    assert segments[1]["steps"] > cut["steps"] and segments[1]["mean_return_100"] >= 10  # resumed, then stopped
+    assert 0 < segments[1]["reached"]["steps"] <= segments[1]["steps"]  # the first row at 10 or more
+    third = piece(outs[2], 10, 60)
+    assert third.returncode == 0 and "reached its target already" in third.stdout and not outs[2].exists()
+
+
 def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
     import acer_sync
 

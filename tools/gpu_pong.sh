@@ -1,0 +1,90 @@
+#!/bin/bash
+# Pong to a 100-game mean of 20 on the lent GPU (issue 35), in pieces that fit device calls: a
+# call runs train.py for at most S seconds (a fresh run, or a resume where RUN_DIR holds a
+# checkpoint), stops it with SIGINT (the run saves its checkpoint), and copies what a later call
+# needs to go on into OUT_DIR, small enough to carry back (config.json, progress.csv,
+# checkpoints/latest.pt, the console log, segments.jsonl). Each call appends one JSON line to
+# segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
+# far, the last 100-game mean, and where the mean first reached the target (steps, training time).
+# The stop uses the training episodes' 100-game mean (raw scores), so evaluation is off.
+#
+#   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
+#   tools/gpu_pong.sh --seconds 480 --run-dir runs/gpu_pong --out "$OUT/pong" -- --pipeline overlap --compile graph
+#       (the next call: the previous call's OUT_DIR copied into runs/gpu_pong and carried)
+#   tools/gpu_pong.sh --device cpu --env CartPole-v1 --reward 150 --seconds 20 --out /tmp/pong   # its dry run
+#
+# Options: --env ID (PongNoFrameskip-v4), --device D (cuda), --reward R (20), --seconds S (480),
+# --run-dir DIR (where the run trains; default OUT_DIR; resumed where it holds checkpoints/latest.pt),
+# --out DIR (runs/gpu_pong), --python PY; anything after -- goes to train.py on every call (a
+# resume accepts the settings it may change, and the others only at their saved values).
+set -u
+cd "$(dirname "$0")/.."
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=480 RUN_DIR="" OUT_DIR=runs/gpu_pong
+PY=${PYTHON:-$(command -v python || command -v python3)}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --env) ENV_ID=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    --reward) REWARD=$2; shift 2 ;;
+    --seconds) SECONDS_FOR=$2; shift 2 ;;
+    --run-dir) RUN_DIR=$2; shift 2 ;;
+    --out) OUT_DIR=$2; shift 2 ;;
+    --python) PY=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "gpu_pong.sh: error: unknown option $1 (see the header of tools/gpu_pong.sh)" >&2; exit 2 ;;
+  esac
+done
+RUN_DIR=${RUN_DIR:-$OUT_DIR}
+if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | grep -q '"reached": {'; then
+  echo "gpu_pong: $RUN_DIR reached its target already: $(tail -n 1 "$RUN_DIR/segments.jsonl")"
+  exit 0
+fi
+# gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
+source tools/use_wheels.sh
+mkdir -p "$OUT_DIR" || exit 2
+
+common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0)
+if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
+  kind=resume
+  cmd=("$PY" train.py --resume "$RUN_DIR" "${common[@]}" "$@")
+else
+  kind=fresh
+  cmd=("$PY" train.py --env "$ENV_ID" --run-dir "$RUN_DIR" --eval-every 0 --total-timesteps 1000000000 "${common[@]}" "$@")
+fi
+echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most $SECONDS_FOR s: ${cmd[*]}"
+start=$(date +%s)
+# SIGINT at S seconds saves a checkpoint; a run still there 60 s later is killed.
+timeout -s INT -k 60 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$OUT_DIR/train.log"
+code=${PIPESTATUS[0]}
+wall=$(( $(date +%s) - start ))
+
+if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
+  mkdir -p "$OUT_DIR/checkpoints"
+  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt; do
+    [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/$name"
+  done
+fi
+"$PY" - "$OUT_DIR" "$kind" "$code" "$wall" "$REWARD" "$*" <<'PYEOF'
+import csv, json, sys
+from pathlib import Path
+
+out, kind, code, wall, reward, flags = sys.argv[1:]
+path = Path(out) / "progress.csv"
+rows = list(csv.DictReader(path.open())) if path.exists() else []
+# the first row whose mean is over the last 100 games (as --stop-at-reward's) and at the target
+reached = next((row for row in rows if int(row["episodes"]) >= 100 and float(row["mean_episode_reward"]) >= float(reward)), None)
+last = rows[-1] if rows else {}
+line = {
+    "segment": kind, "exit_code": int(code), "segment_wall_s": round(float(wall), 1), "flags": flags,
+    "steps": int(last.get("total_timesteps", 0)), "training_s": float(last.get("time_elapsed", 0)),
+    "mean_return_100": float(last["mean_episode_reward"]) if last.get("mean_episode_reward") else None,
+    "reached": {"steps": int(reached["total_timesteps"]), "training_s": float(reached["time_elapsed"])} if reached else None,
+}
+segments = Path(out) / "segments.jsonl"
+with segments.open("a") as handle:
+    handle.write(json.dumps(line) + "\n")
+print("gpu_pong:", json.dumps(line))
+PYEOF
+# segments.jsonl travels with the run (the next call's OUT_DIR gets it from RUN_DIR)
+if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then cp "$OUT_DIR/segments.jsonl" "$RUN_DIR/segments.jsonl"; fi
+du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'
