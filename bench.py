@@ -64,7 +64,9 @@ from atari.stacking import FrameStacker
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
 BENCH_BUFFER_STEPS = 2_000
-PHASES = ("env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update")
+PHASES = ("env", "observe", "acting", "collect_wait", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update")
+#: The collecting thread's phases (``--pipeline overlap``).
+COLLECT_PHASES = ("env", "observe", "acting")
 
 
 def parse_args(argv: list[str]):
@@ -260,26 +262,38 @@ class GpuBusy:
         return round(sum(self.samples) / len(self.samples), 3) if self.samples else None
 
 
-def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, dict[str, float], float | None]:
+def bench_end_to_end(
+    trainer: Trainer, seconds: float,
+) -> tuple[float, float, dict[str, float], dict[str, float] | None, float | None]:
     """The Trainer's own iteration (:meth:`~acer_sync.training.trainer.Trainer.iterate`: collect then
     learn, or both at once with ``--pipeline overlap``): half of ``seconds`` with the phase timer off
     (the headline figure: on CUDA the timer synchronizes the device at every phase), then half with
-    it on, for the phases (overlapped, the env and acting phases run in the collecting thread,
-    untimed). Returns both steps/s, untimed and timed, and the timed half's phases."""
+    it on, for the phases. Overlapped, the env, observe and acting phases run in the collecting
+    thread, timed apart (its idle time is its ``other``), and the learner's wait for it is
+    ``collect_wait``. Returns both steps/s, untimed and timed, the timed half's phases, the
+    collecting thread's (None when serial), and the GPU's busy fraction."""
 
     def iteration():
         trainer.iterate()
 
+    # Overlapped, the collecting thread keeps a timer of its own (no device syncs: its acting step
+    # ends in a read of the actions anyway); its phases run beside the learner's.
+    collect_timer = trainer.runner.timer if trainer.runner.timer is not trainer.timer else None
+
     def window(timed: bool) -> tuple[float, float]:
-        trainer.timer.reset()
-        trainer.timer.enabled = timed
+        for timer in (trainer.timer, collect_timer):
+            if timer is not None:
+                timer.reset()
+                timer.enabled = timed
         start_steps, start = trainer.timesteps, time.perf_counter()
         while trainer.timesteps == start_steps or time.perf_counter() - start < seconds / 2:
             iteration()
         if trainer.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
-        trainer.timer.enabled = False
+        for timer in (trainer.timer, collect_timer):
+            if timer is not None:
+                timer.enabled = False
         return (trainer.timesteps - start_steps) / elapsed, elapsed
 
     for _ in range(2):
@@ -290,7 +304,17 @@ def bench_end_to_end(trainer: Trainer, seconds: float) -> tuple[float, float, di
     phases = {phase: trainer.timer.seconds.get(phase, 0.0) for phase in PHASES}
     phases["other"] = elapsed - sum(v for k, v in phases.items() if k != "average_update")  # nested in updates
     phases["total"] = elapsed
-    return untimed_sps, timed_sps, phases, busy.fraction
+    collect = None
+    if collect_timer is not None:
+        collect = {phase: collect_timer.seconds.get(phase, 0.0) for phase in COLLECT_PHASES}
+        collect["other"] = elapsed - sum(collect.values())  # idle between segments, or the segment's own bookkeeping
+        collect["total"] = elapsed
+    return untimed_sps, timed_sps, phases, collect, busy.fraction
+
+
+def env_in_loop(timed_sps: float, phases: dict[str, float]) -> float | None:
+    """The env's own steps/s inside the loop: the steps of the timed window over its ``env`` phase."""
+    return round(timed_sps * phases["total"] / phases["env"], 1) if phases["env"] else None
 
 
 def cudagraph_skips() -> int:
@@ -328,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps, learner_updates = bench_learner(trainer, quarter, rng)
         raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
-        steps_sps, timed_sps, phases, gpu_busy = bench_end_to_end(trainer, quarter)
+        steps_sps, timed_sps, phases, collect_phases, gpu_busy = bench_end_to_end(trainer, quarter)
         trainer.close()
 
     default_bytes = ReplayBuffer.bytes_needed(trainer.fields, config.num_envs, config.nsteps, 50_000, info.stack)
@@ -345,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu_busy_fraction": gpu_busy,
         "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
         "env_steps_per_sec": round(env_sps, 1),
-        "env_steps_per_sec_in_loop": round(timed_sps * phases["total"] / phases["env"], 1) if phases["env"] else None,
+        "env_steps_per_sec_in_loop": env_in_loop(timed_sps, collect_phases or phases),
         "learner_steps_per_sec": round(learner_sps, 1),
         "learner_updates_per_iteration": round(learner_updates, 3),
         "raw_learner_steps_per_sec": round(raw_sps, 1),
@@ -354,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         "learner_efficiency": round(learner_sps / raw_sps, 3),
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
         "phase_fraction": {k: round(v / phases["total"], 3) for k, v in phases.items() if k != "total"},
+        # overlapped: the collecting thread's own phases, beside the learner's (None when serial)
+        "collect_thread_fraction": (
+            {k: round(v / collect_phases["total"], 3) for k, v in collect_phases.items() if k != "total"}
+            if collect_phases else None
+        ),
         "buffer_bytes_per_transition": round(default_bytes / (config.num_envs * 50_000), 1),
         "default_buffer_gb": round(default_bytes / 1e9, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -374,13 +403,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s; "
           f"{result['steps_per_sec_timed']:.1f} with the phase timer on)")
     in_loop = result["env_steps_per_sec_in_loop"]
-    in_loop_text = f"{in_loop:.1f}" if in_loop is not None else "in the collecting thread, untimed"
+    in_loop_text = f"{in_loop:.1f}" if in_loop is not None else "not measured"
     print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {in_loop_text})")
     print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s")
     print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s")
     print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "
           f"learner efficiency {result['learner_efficiency']:.2f}")
     print("phases          " + ", ".join(f"{k} {v:.0%}" for k, v in result["phase_fraction"].items()))
+    if result["collect_thread_fraction"]:
+        print("collect thread  " + ", ".join(f"{k} {v:.0%}" for k, v in result["collect_thread_fraction"].items()))
     print(f"memory          {result['buffer_bytes_per_transition']:.0f} bytes/transition, default buffer "
           f"{result['default_buffer_gb']:.2f} GB, peak RSS {result['peak_rss_mb']:.0f} MB")
     if args.json:

@@ -14,14 +14,19 @@ KEYS = {
     "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
     "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
     "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "cudagraph_skips", "replay_device",
+    "collect_thread_fraction", "env_steps_per_sec_in_loop",
 }
-PHASES = {"env", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
+PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
 
-@pytest.mark.parametrize("env, network, arch", [("PongNoFrameskip-v4", "auto", "cnn"), ("CartPole-v1", "lstm", "lstm")])
-def test_bench_prints_json_with_every_key(env, network, arch):
+@pytest.mark.parametrize("env, network, arch, pipeline", [
+    ("PongNoFrameskip-v4", "auto", "cnn", "serial"), ("CartPole-v1", "lstm", "lstm", "serial"),
+    ("CartPole-v1", "auto", "mlp", "overlap"),
+])
+def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench.py"), "--env", env, "--network", network, "--seconds", "3", "--json", "--device", "cpu"],
+        [sys.executable, str(ROOT / "bench.py"), "--env", env, "--network", network, "--seconds", "3", "--json", "--device", "cpu",
+         "--pipeline", pipeline],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -34,6 +39,13 @@ def test_bench_prints_json_with_every_key(env, network, arch):
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
     assert figures["gpu_busy_fraction"] is None and figures["replay_device"] == "cpu"  # no CUDA here
     assert figures["compile"] == "off" and figures["update_compiled"] is False
+    assert figures["env_steps_per_sec_in_loop"] > 0
+    if pipeline == "overlap":  # the envs step in the collecting thread, timed apart; the learner waits for it
+        assert figures["phase_seconds"]["env"] == 0 and "collect_wait" in figures["phase_seconds"]
+        assert set(figures["collect_thread_fraction"]) == {"env", "observe", "acting", "other"}
+        assert figures["collect_thread_fraction"]["env"] > 0
+    else:
+        assert figures["collect_thread_fraction"] is None
 
 
 def test_the_gpu_busy_fraction_averages_nvidia_smis_utilization(tmp_path):

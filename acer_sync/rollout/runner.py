@@ -37,7 +37,9 @@ class Runner:
     :param nsteps: T.
     :param tracker: the training view of episodes (life loss, reward clipping, raw scores).
     :param fields: what a segment holds (:func:`acer_sync.replay.buffer.buffer_fields`).
-    :param timer: charges time to the ``acting`` and ``env`` phases (bench.py).
+    :param timer: charges time to the ``acting``, ``env`` (the env's step and the episode
+        bookkeeping) and ``observe`` (the frame stack's update: on CUDA, the newest frames' upload)
+        phases (bench.py).
     :param reward_scale: training rewards are multiplied by this (logged returns stay raw).
     :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`).
     :param generator: the torch generator actions are sampled with (None: torch's global one).
@@ -97,7 +99,7 @@ class Runner:
             if cut.any():
                 with self.timer("acting"):
                     segment.timeout_values[t] = actor.final_values(self.env.final_frames, cut)
-            with self.timer("env"):
+            with self.timer("observe"):
                 actor.observe(next_frames, segment.dones[t], self.tracker.life_lost, game_over)
             self.frames = next_frames
         parts.assign(segment.frames, T, self.frames)

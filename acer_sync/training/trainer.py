@@ -116,7 +116,8 @@ class Trainer:
             return
         self.collector.start()
         self.learn()
-        segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
+        with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
+            segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
         self.acting.exchange()
         self._store(segment)
 
