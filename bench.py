@@ -2,9 +2,13 @@
 
 ``python bench.py --env PongNoFrameskip-v4 [--seconds 60] [--device auto|cpu|cuda] [--num-envs 16] [--network auto|...|cnn_lstm] [--precision fp32|bf16] [--replay-device auto|cpu|cuda] [--json]``
 
-Four measurements, each for a quarter of ``--seconds`` after a warm-up:
+Five measurements after a warm-up, the first two an eighth of ``--seconds`` each and the others
+a quarter:
 
 * ``env_steps_per_sec``: the vector env alone, random actions.
+* ``collect_steps_per_sec``: collection alone, the Runner's own segments (acting, the env's step,
+  the frame stack), with nothing learned or stored: what the envs give with the network choosing
+  the actions, the bound of ``--pipeline overlap``'s collecting thread.
 * ``learner_steps_per_sec``: the learner alone on buffer data: per N·T agent steps, T acting
   forward passes, one buffer put, and the Trainer's ``learn()``: one on-policy and
   Poisson(``replay_ratio``) off-policy ACER updates (``learner_updates_per_iteration``: how many it
@@ -150,6 +154,12 @@ def bench_env(info, config, seconds: float) -> float:
     finally:
         env.close()
     return calls * config.num_envs / elapsed
+
+
+def bench_collect(trainer: Trainer, seconds: float) -> float:
+    """The Runner's segments alone (acting, env steps, the frame stack; nothing stored or learned): steps/s."""
+    calls, elapsed = timed_loop(trainer.runner.run, seconds, warmup=1)
+    return calls * trainer.steps_per_iteration / elapsed
 
 
 def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> tuple[float, float]:
@@ -345,9 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     quarter = args.seconds / 4
     rng = np.random.default_rng(0)
 
-    env_sps = bench_env(info, config, quarter)
+    env_sps = bench_env(info, config, quarter / 2)
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = build_trainer(config, info, Path(run_dir), builtin=False)
+        collect_sps = bench_collect(trainer, quarter / 2)
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps, learner_updates = bench_learner(trainer, quarter, rng)
@@ -370,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
         "env_steps_per_sec": round(env_sps, 1),
         "env_steps_per_sec_in_loop": env_in_loop(timed_sps, collect_phases or phases),
+        "collect_steps_per_sec": round(collect_sps, 1),
         "learner_steps_per_sec": round(learner_sps, 1),
         "learner_updates_per_iteration": round(learner_updates, 3),
         "raw_learner_steps_per_sec": round(raw_sps, 1),
@@ -405,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     in_loop = result["env_steps_per_sec_in_loop"]
     in_loop_text = f"{in_loop:.1f}" if in_loop is not None else "not measured"
     print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {in_loop_text})")
+    print(f"collect alone   {result['collect_steps_per_sec']:>10.1f} steps/s (acting and the env, nothing learned)")
     print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s")
     print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s")
     print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "
