@@ -20,8 +20,7 @@ PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_upd
 
 
 @pytest.mark.parametrize("env, network, arch, pipeline", [
-    ("PongNoFrameskip-v4", "auto", "cnn", "serial"), ("CartPole-v1", "lstm", "lstm", "serial"),
-    ("CartPole-v1", "auto", "mlp", "overlap"),
+    ("PongNoFrameskip-v4", "auto", "cnn", "serial"), ("CartPole-v1", "lstm", "lstm", "overlap"),
 ])
 def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
     result = subprocess.run(
