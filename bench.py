@@ -399,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         "default_buffer_gb": round(default_bytes / 1e9, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
+        # how torch's OpenMP threads wait between operators (unset: they spin a while first)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "compile": trainer.agent.compile_mode,
         # False where a compile was asked for and failed: the update ran eagerly (its warning is on stderr).
         "update_compiled": trainer.agent.compiled,
