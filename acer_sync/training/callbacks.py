@@ -314,13 +314,19 @@ class ProgressCallback(Callback):
         self.interval_steps += trainer.steps_per_iteration
         if not (row or self._due(trainer)):
             return
-        elapsed = time.perf_counter() - self.interval_start - row.get("eval_seconds", 0.0)
-        full = progress_row(trainer, self.interval_steps / max(elapsed, 1e-9))
-        full.update(row)  # the evaluation's columns, in the row's order
+        full = self._write(trainer, row)
         row.clear()
         row.update(full)
+
+    def _write(self, trainer, evaluation: dict) -> dict:
+        """Log the row of the steps since the last one, ``evaluation``'s columns added (their
+        time left out of ``fps``), start the next interval, and return the row."""
+        elapsed = time.perf_counter() - self.interval_start - evaluation.get("eval_seconds", 0.0)
+        row = progress_row(trainer, self.interval_steps / max(elapsed, 1e-9))
+        row.update(evaluation)  # the evaluation's columns, in the row's order
         self.logger.log(row)
         self._reset(trainer)
+        return row
 
     def _due(self, trainer) -> bool:
         cfg = self.config
@@ -333,8 +339,7 @@ class ProgressCallback(Callback):
             return
         try:
             if self.interval_steps > 0 and outcome.stop is not Stop.WRITE_FAILED:
-                elapsed = time.perf_counter() - self.interval_start
-                self.logger.log(progress_row(trainer, self.interval_steps / max(elapsed, 1e-9)))
+                self._write(trainer, {})
         finally:
             self.logger.close()
 
