@@ -289,21 +289,20 @@ def bench_end_to_end(
     # Overlapped, the collecting thread keeps a timer of its own (no device syncs: its acting step
     # ends in a read of the actions anyway); its phases run beside the learner's.
     collect_timer = trainer.runner.timer if trainer.runner.timer is not trainer.timer else None
+    timers = [timer for timer in (trainer.timer, collect_timer) if timer is not None]
 
     def window(timed: bool) -> tuple[float, float]:
-        for timer in (trainer.timer, collect_timer):
-            if timer is not None:
-                timer.reset()
-                timer.enabled = timed
+        for timer in timers:
+            timer.reset()
+            timer.enabled = timed
         start_steps, start = trainer.timesteps, time.perf_counter()
         while trainer.timesteps == start_steps or time.perf_counter() - start < seconds / 2:
             iteration()
         if trainer.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
-        for timer in (trainer.timer, collect_timer):
-            if timer is not None:
-                timer.enabled = False
+        for timer in timers:
+            timer.enabled = False
         return (trainer.timesteps - start_steps) / elapsed, elapsed
 
     for _ in range(2):
@@ -320,6 +319,11 @@ def bench_end_to_end(
         collect["other"] = elapsed - sum(collect.values())  # idle between segments, or the segment's own bookkeeping
         collect["total"] = elapsed
     return untimed_sps, timed_sps, phases, collect, busy.fraction
+
+
+def fractions(phases: dict[str, float]) -> dict[str, float]:
+    """Each phase's share of the window (``phases["total"]``)."""
+    return {k: round(v / phases["total"], 3) for k, v in phases.items() if k != "total"}
 
 
 def env_in_loop(timed_sps: float, phases: dict[str, float]) -> float | None:
@@ -389,12 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         "loop_efficiency": round(steps_sps / serial_bound, 3),
         "learner_efficiency": round(learner_sps / raw_sps, 3),
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
-        "phase_fraction": {k: round(v / phases["total"], 3) for k, v in phases.items() if k != "total"},
+        "phase_fraction": fractions(phases),
         # overlapped: the collecting thread's own phases, beside the learner's (None when serial)
-        "collect_thread_fraction": (
-            {k: round(v / collect_phases["total"], 3) for k, v in collect_phases.items() if k != "total"}
-            if collect_phases else None
-        ),
+        "collect_thread_fraction": fractions(collect_phases) if collect_phases else None,
         "buffer_bytes_per_transition": round(default_bytes / (config.num_envs * 50_000), 1),
         "default_buffer_gb": round(default_bytes / 1e9, 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
