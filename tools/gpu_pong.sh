@@ -58,18 +58,13 @@ timeout -s INT -k 60 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$OUT_DIR/train.lo
 code=${PIPESTATUS[0]}
 wall=$(( $(date +%s) - start ))
 
-if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
-  mkdir -p "$OUT_DIR/checkpoints"
-  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt; do
-    [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/$name"
-  done
-fi
-"$PY" - "$OUT_DIR" "$kind" "$code" "$wall" "$REWARD" "$*" <<'PYEOF'
+mkdir -p "$RUN_DIR"  # a run that failed at its start made none
+"$PY" - "$RUN_DIR" "$kind" "$code" "$wall" "$REWARD" "$*" <<'PYEOF'
 import csv, json, sys
 from pathlib import Path
 
-out, kind, code, wall, reward, flags = sys.argv[1:]
-path = Path(out) / "progress.csv"
+run, kind, code, wall, reward, flags = sys.argv[1:]
+path = Path(run) / "progress.csv"
 rows = list(csv.DictReader(path.open())) if path.exists() else []
 # the first row whose mean is over the last 100 games (as --stop-at-reward's) and at the target
 reached = next((row for row in rows if int(row["episodes"]) >= 100 and float(row["mean_episode_reward"]) >= float(reward)), None)
@@ -80,11 +75,16 @@ line = {
     "mean_return_100": float(last["mean_episode_reward"]) if last.get("mean_episode_reward") else None,
     "reached": {"steps": int(reached["total_timesteps"]), "training_s": float(reached["time_elapsed"])} if reached else None,
 }
-segments = Path(out) / "segments.jsonl"
+segments = Path(run) / "segments.jsonl"  # it travels with the run
 with segments.open("a") as handle:
     handle.write(json.dumps(line) + "\n")
 print("gpu_pong:", json.dumps(line))
 PYEOF
-# segments.jsonl travels with the run (the next call's OUT_DIR gets it from RUN_DIR)
-if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then cp "$OUT_DIR/segments.jsonl" "$RUN_DIR/segments.jsonl"; fi
+# what the next call needs, where the run is not trained in OUT_DIR itself
+if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
+  mkdir -p "$OUT_DIR/checkpoints"
+  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt; do
+    [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/$name"
+  done
+fi
 du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'
