@@ -1,4 +1,4 @@
-# Sourced by tools/gpu_report.sh and tools/gpu_share.sh, with PY set: the lent device machine's image
+# Sourced by tools/gpu_report.sh, tools/gpu_share.sh and tools/gpu_pong.sh, with PY set: the lent device machine's image
 # has torch but not gymnasium or ale-py; tools/gpu_wheels.sh puts their wheels in .whl here, a device
 # call carries it, and they are installed beside the image's packages (exit 2 if they do not install).
 if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
