@@ -280,7 +280,7 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
     def piece(out, reward, seconds):
         command = ["bash", str(ROOT / "tools" / "gpu_pong.sh"), "--device", "cpu", "--env", "CartPole-v1", "--reward",
                    str(reward), "--seconds", str(seconds), "--run-dir", str(run_dir), "--out", str(out), "--python",
-                   sys.executable, "--", "--compile", "off"]
+                   sys.executable, "--", "--compile", "off", "--eval-every", "2000", "--eval-episodes", "100"]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
     first = piece(outs[0], 1000, 5)  # CartPole's most is 500: cut by time
@@ -295,6 +295,7 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
     assert [line["segment"] for line in segments] == ["fresh", "resume"] and segments[1]["exit_code"] == 0
     assert segments[1]["steps"] > cut["steps"] and segments[1]["mean_return_100"] >= 10  # resumed, then stopped
     assert 0 < segments[1]["reached"]["steps"] <= segments[1]["steps"]  # the first row at 10 or more
+    assert cut["eval_reached"] is None and segments[1]["eval_reached"]["eval_mean"] >= 10  # 100 games a random CartPole
     third = piece(outs[2], 10, 60)
     assert third.returncode == 0 and "reached its target already" in third.stdout and not outs[2].exists()
 

@@ -6,7 +6,11 @@
 # checkpoints/latest.pt, the console log, segments.jsonl). Each call appends one JSON line to
 # segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
 # far, the last 100-game mean, and where the mean first reached the target (steps, training time).
-# The stop uses the training episodes' 100-game mean (raw scores), so evaluation is off.
+# The stop uses the training episodes' 100-game mean (raw scores), so evaluation is off unless the
+# flags turn it on: with --eval-every N --eval-episodes 100 --eval-greedy the line also records where
+# an evaluation of 100 games first reached the target ("eval_reached"; its time is not training time).
+# The difference matters on Pong: the CPU's 5M cnn_lstm checkpoint scores 19.53 over 100 games
+# sampled, as its training games do, and 20.78 greedy (docs/performance.md).
 #
 #   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
 #   tools/gpu_pong.sh --seconds 480 --run-dir runs/gpu_pong --out "$OUT/pong" -- --pipeline overlap --compile graph
@@ -68,12 +72,15 @@ path = Path(run) / "progress.csv"
 rows = list(csv.DictReader(path.open())) if path.exists() else []
 # the first row whose mean is over the last 100 games (as --stop-at-reward's) and at the target
 reached = next((row for row in rows if int(row["episodes"]) >= 100 and float(row["mean_episode_reward"]) >= float(reward)), None)
+# the first evaluation of 100 games or more at the target (a row without one has eval_mean nan)
+evaluated = next((row for row in rows if int(row["eval_episodes"]) >= 100 and float(row["eval_mean"]) >= float(reward)), None)
 last = rows[-1] if rows else {}
 line = {
     "segment": kind, "exit_code": int(code), "segment_wall_s": round(float(wall), 1), "flags": flags,
     "steps": int(last.get("total_timesteps", 0)), "training_s": float(last.get("time_elapsed", 0)),
     "mean_return_100": float(last["mean_episode_reward"]) if last.get("mean_episode_reward") else None,
     "reached": {"steps": int(reached["total_timesteps"]), "training_s": float(reached["time_elapsed"])} if reached else None,
+    "eval_reached": {"steps": int(evaluated["total_timesteps"]), "eval_mean": float(evaluated["eval_mean"])} if evaluated else None,
 }
 segments = Path(run) / "segments.jsonl"  # it travels with the run
 with segments.open("a") as handle:
