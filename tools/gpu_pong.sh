@@ -64,10 +64,17 @@ wall=$(( $(date +%s) - start ))
 
 mkdir -p "$RUN_DIR"  # a run that failed at its start made none
 "$PY" - "$RUN_DIR" "$kind" "$code" "$wall" "$REWARD" "$*" <<'PYEOF'
-import csv, json, sys
+import csv, json, math, sys
 from pathlib import Path
 
 run, kind, code, wall, reward, flags = sys.argv[1:]
+
+
+def number(text):
+    """A progress cell as a float, or None where it is empty or nan (no game ended yet): JSON has no NaN."""
+    value = float(text) if text else math.nan
+    return None if math.isnan(value) else value
+
 path = Path(run) / "progress.csv"
 rows = list(csv.DictReader(path.open())) if path.exists() else []
 # the first row whose mean is over the last 100 games (as --stop-at-reward's) and at the target
@@ -78,7 +85,7 @@ last = rows[-1] if rows else {}
 line = {
     "segment": kind, "exit_code": int(code), "segment_wall_s": round(float(wall), 1), "flags": flags,
     "steps": int(last.get("total_timesteps", 0)), "training_s": float(last.get("time_elapsed", 0)),
-    "mean_return_100": float(last["mean_episode_reward"]) if last.get("mean_episode_reward") else None,
+    "mean_return_100": number(last.get("mean_episode_reward")),
     "reached": {"steps": int(reached["total_timesteps"]), "training_s": float(reached["time_elapsed"])} if reached else None,
     "eval_reached": {"steps": int(evaluated["total_timesteps"]), "eval_mean": float(evaluated["eval_mean"])} if evaluated else None,
 }
