@@ -22,7 +22,9 @@ a quarter:
   half of its quarter with the phase timer off; then ``steps_per_sec_timed`` and the time spent in
   each phase, with the timer on (on CUDA it synchronizes the device at every phase).
 
-With ``--json`` the last line of stdout is one JSON object with every figure.
+With ``--json`` the last line of stdout is one JSON object with every figure. Like ``train.py``,
+bench runs with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy
+(:mod:`acer_sync.base.openmp`; the JSON's ``omp_wait_policy``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from acer_sync.base.openmp import default_wait_policy
+
+default_wait_policy()  # before torch loads OpenMP: bench measures what the entry points run
 
 import numpy as np
 import torch

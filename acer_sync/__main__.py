@@ -9,6 +9,7 @@ import os
 import sys
 
 from acer_sync.base.errors import EXIT_USER_ERROR, run_cli
+from acer_sync.base.openmp import default_wait_policy
 
 #: Each command and what it does, as the usage line lists them.
 COMMANDS = {
@@ -27,7 +28,9 @@ def usage(prog: str) -> str:
 
 
 def run_command(command: str, argv: list[str], prog: str) -> None:
-    """Run one command's ``main`` under :func:`run_cli` (exits with its code)."""
+    """Run one command's ``main`` under :func:`run_cli` (exits with its code), with OpenMP's
+    threads sleeping between operators unless the user chose otherwise (:mod:`acer_sync.base.openmp`)."""
+    default_wait_policy()
     module = importlib.import_module(f"acer_sync.cli.{command}")
     run_cli(lambda: module.main(argv, prog), prog)
 

@@ -1,6 +1,7 @@
 """bench.py runs the real training path and reports every figure as JSON (no timing assertions)."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,10 +28,12 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
         [sys.executable, str(ROOT / "bench.py"), "--env", env, "--network", network, "--seconds", "3", "--json", "--device", "cpu",
          "--pipeline", pipeline],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY"},
     )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert KEYS <= set(figures) and figures["network"] == arch
+    assert figures["omp_wait_policy"] == "PASSIVE"  # set before torch loaded, as train.py's is
     assert PHASES <= set(figures["phase_seconds"])
     assert figures["machine"]["cpu_count"] >= figures["machine"]["cpus_usable"] >= 1 and figures["machine"]["device_name"]
     assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0

@@ -9,6 +9,7 @@ import tomllib
 import pytest
 
 from acer_sync.__main__ import main as acer_sync_main
+from acer_sync.base import openmp
 from acer_sync.base.config import RESUMABLE_CHANGES, fields
 from acer_sync.cli.args import FLAG_GROUPS
 from acer_sync.cli.train import build_parser
@@ -124,3 +125,15 @@ def test_the_root_scripts_are_thin(script):
     text = (ROOT / script).read_text()
     assert f'run_command("{script[:-3]}", sys.argv[1:], "{script}")' in text
     assert len(text.splitlines()) <= 12
+
+
+def test_the_entry_points_let_openmps_threads_sleep_unless_the_user_chose(monkeypatch):
+    # OpenMP reads OMP_WAIT_POLICY once, when torch loads it: the entry points set PASSIVE before
+    # that (bench.py's JSON shows it in tests/test_bench.py), keep a policy the user set, and leave
+    # a process that has loaded torch alone.
+    monkeypatch.setitem(os.environ, "OMP_WAIT_POLICY", "ACTIVE")
+    assert not openmp.default_wait_policy() and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    del os.environ["OMP_WAIT_POLICY"]
+    assert "torch" in sys.modules and not openmp.default_wait_policy() and "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.delitem(sys.modules, "torch")  # as in an entry point before its imports (restored after)
+    assert openmp.default_wait_policy() and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"

@@ -245,7 +245,7 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     # The baseline, then the CUDA tests (whatever the timings take), then the other settings.
     assert lines[1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
     assert all("skipped" in line for line in lines[2:]) and len(lines) == 12  # 11 settings and the tests
-    assert lines[5]["report"] == "OMP_WAIT_POLICY=PASSIVE --num-envs 64 --pipeline overlap --compile graph"
+    assert lines[4]["report"] == "OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph"
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
 
 

@@ -88,19 +88,19 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS
   echo "  cuda tests: $summary ($(( $(date +%s) - start )) s)"
 }
 
-# Most telling first: the Pong defaults as they are, the CUDA tests, then overlapped and compiled
-# (the update whole, then as a CUDA graph: the eager update is bound by its ~480 kernel launches),
-# at 16 and 64 envs, the fastest of those with torch's OpenMP threads sleeping instead of spinning
-# (on the 2-core CPU that sped collection 1.22x: they spin on the cores ALE's threads need),
-# overlapped eager, the replay buffer in host memory (batches upload on the side stream), then
-# bf16 and 32 envs.
+# Most telling first: the Pong defaults as they are, the CUDA tests, then overlapped with the update
+# as a CUDA graph (the fastest of the second report, at 16 and 64 envs), the same at 16 envs with
+# torch's OpenMP threads spinning as libgomp's default lets them (300,000 spins; bench.py, like
+# train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: at 64 envs on the H200 the env stepped 1.43x
+# faster inside the loop with it, end to end 1.14x), the update compiled without the graph, overlapped eager, the replay buffer
+# in host memory (batches upload on the side stream), then serial at 64 envs, bf16 and 32 envs.
 TESTS_SECONDS=180
 setting --num-envs 16
 cuda_tests
-setting --num-envs 16 --pipeline overlap --compile update
 setting --num-envs 16 --pipeline overlap --compile graph
 setting --num-envs 64 --pipeline overlap --compile graph
-setting OMP_WAIT_POLICY=PASSIVE --num-envs 64 --pipeline overlap --compile graph
+setting OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph
+setting --num-envs 16 --pipeline overlap --compile update
 setting --num-envs 64 --pipeline overlap --compile update
 setting --num-envs 16 --pipeline overlap
 setting --num-envs 16 --pipeline overlap --compile graph --replay-device cpu
