@@ -14,6 +14,7 @@ from acer_sync.rollout.actor import Actor, DeviceFrameStack
 from atari import parts
 from atari.envs import VecEnv, env_info
 from atari.stacking import FrameStacker
+from helpers import requires_cuda
 
 
 @pytest.mark.parametrize("layout", [((6, 7), np.dtype(np.uint8)), {"camera": ((3, 5, 5), np.dtype(np.uint8)),
@@ -62,3 +63,99 @@ def test_an_actor_with_the_device_stack_acts_exactly_as_the_numpy_one(env):
         for actor in actors:
             actor.observe(frames, terminated | truncated, np.zeros(3, bool), np.zeros(3, bool))
     vec.close()
+
+
+GRAPH_CASES = {  # an MLP; an LSTM, whose state the graph carries; the Gaussian head with a running normalizer
+    "mlp": ("CartPole-v1", dict(hidden="16")),
+    "lstm": ("CartPole-v1", dict(network="lstm", hidden="16", lstm_size=8)),
+    "gaussian-normalized": ("Pendulum-v1", dict(hidden="16", normalize_obs=True)),
+}
+
+
+def graph_and_plain_actors(case: str, device: torch.device, greedy: bool = False, n: int = 3):
+    env, settings = GRAPH_CASES[case]
+    info = env_info(env)
+    config = build_config(False, dict(env=env, **settings), continuous=info.continuous)
+    torch.manual_seed(0)
+    model = build_model(info, config).to(device)
+    twin = build_model(info, config).to(device)
+    twin.load_state_dict(model.state_dict())
+    actors = [Actor(net, info, n, device, greedy=greedy, generator=torch.Generator(device).manual_seed(1),
+                    update_normalizer=True, device_stack=True, graph=graph)
+              for net, graph in ((model, False), (twin, True))]
+    return info, actors
+
+
+def play_side_by_side(info, actors, steps: int, check) -> None:
+    vec = VecEnv(info, actors[0].num_envs, "sync")
+    frames, _ = vec.reset(seed=0)
+    for actor in actors:
+        actor.reset(frames)
+    for step in range(steps):
+        (actions, mu), (graph_actions, graph_mu) = (actor.act() for actor in actors)
+        check(step, actions, mu, graph_actions, graph_mu)
+        for state, graph_state in zip(actors[0].state, actors[1].state, strict=True):
+            check(step, state.cpu().numpy(), None, graph_state.cpu().numpy(), None)
+        frames, _, terminated, truncated, _ = vec.step(actors[0].distribution.env_actions(actions))
+        for actor in actors:  # episode starts reset the state inside the step, as in training
+            actor.observe(frames, terminated | truncated, np.zeros(len(actions), bool), np.zeros(len(actions), bool))
+    vec.close()
+
+
+@pytest.mark.parametrize("case", list(GRAPH_CASES))
+def test_acting_through_the_graphs_static_tensors_is_the_plain_step_exactly(case):
+    # Off CUDA, ActingGraph runs its static-tensor step eagerly: the values it copies in and out
+    # must be the Actor's own, bit for bit (actions, μ, the recurrent state, the normalizer's moments).
+    info, actors = graph_and_plain_actors(case, torch.device("cpu"))
+    assert actors[1].graph is not None and not actors[1].graph.captured
+
+    def exactly(step, actions, mu, graph_actions, graph_mu):
+        assert np.array_equal(actions, graph_actions) and actions.dtype == graph_actions.dtype, step
+        assert mu is None or np.array_equal(mu, graph_mu), step
+
+    play_side_by_side(info, actors, 40, exactly)
+    for plain, graphed in zip(actors[0].model.buffers(), actors[1].model.buffers(), strict=True):
+        assert torch.equal(plain, graphed)
+
+
+def test_acting_through_a_graph_needs_the_device_stack():
+    info = env_info("CartPole-v1")
+    model = build_model(info, build_config(False, dict(env="CartPole-v1", hidden="16")))
+    with pytest.raises(ValueError, match="device_stack"):
+        Actor(model, info, 2, torch.device("cpu"), device_stack=False, graph=True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", list(GRAPH_CASES))
+def test_cuda_acting_replays_one_graph_a_step_and_acts_as_the_eager_step(case):
+    # Greedy, so that both act on the same trajectory: the captured graph gives the eager step's
+    # actions and μ, its recurrent state and its normalizer's moments (the warm-up's updates undone).
+    info, actors = graph_and_plain_actors(case, torch.device("cuda"), greedy=True)
+
+    def close(step, actions, mu, graph_actions, graph_mu):
+        np.testing.assert_allclose(graph_actions, actions, rtol=1e-5, atol=1e-6, err_msg=str(step))
+        if mu is not None:
+            np.testing.assert_allclose(graph_mu, mu, rtol=1e-5, atol=1e-6, err_msg=str(step))
+
+    play_side_by_side(info, actors, 20, close)
+    assert actors[1].graph.captured
+    for plain, graphed in zip(actors[0].model.buffers(), actors[1].model.buffers(), strict=True):
+        torch.testing.assert_close(graphed, plain)
+
+
+@requires_cuda
+def test_cuda_graphed_sampling_is_one_run_per_seed_and_reads_the_weights_in_place():
+    info, (_, first) = graph_and_plain_actors("lstm", torch.device("cuda"))
+    _, (_, second) = graph_and_plain_actors("lstm", torch.device("cuda"))
+    vec = VecEnv(info, 3, "sync")
+    frames = vec.reset(seed=0)[0]
+    vec.close()
+    first.reset(frames)
+    second.reset(frames)
+    runs = [[first.act()[0] for _ in range(12)], [second.act()[0] for _ in range(12)]]
+    assert first.graph.captured and all(np.array_equal(a, b) for a, b in zip(*runs))
+    with torch.no_grad():  # weights written in place (as an update or the acting copy's exchange does)
+        for parameter in second.model.parameters():
+            parameter.zero_()
+    _, mu = second.act()
+    np.testing.assert_allclose(mu, 0.5, atol=1e-6)  # a zero net: uniform over CartPole's two actions

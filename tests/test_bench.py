@@ -15,7 +15,7 @@ KEYS = {
     "serial_bound_steps_per_sec", "loop_efficiency", "learner_efficiency", "phase_seconds", "phase_fraction",
     "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
     "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "cudagraph_skips", "replay_device",
-    "collect_thread_fraction", "env_steps_per_sec_in_loop", "collect_steps_per_sec",
+    "collect_thread_fraction", "env_steps_per_sec_in_loop", "collect_steps_per_sec", "acting_graphed",
 }
 PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -40,7 +40,7 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
     if env == "PongNoFrameskip-v4":
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
     assert figures["gpu_busy_fraction"] is None and figures["replay_device"] == "cpu"  # no CUDA here
-    assert figures["compile"] == "off" and figures["update_compiled"] is False
+    assert figures["compile"] == "off" and figures["update_compiled"] is False and figures["acting_graphed"] is None
     assert figures["env_steps_per_sec_in_loop"] > 0 and figures["collect_steps_per_sec"] > 0
     if pipeline == "overlap":  # the envs step in the collecting thread, timed apart; the learner waits for it
         assert figures["phase_seconds"]["env"] == 0 and "collect_wait" in figures["phase_seconds"]

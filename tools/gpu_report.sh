@@ -70,7 +70,8 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   echo "  done: $label ($(( $(date +%s) - start )) s)"
   case "$*" in *"--compile update"*|*"--compile graph"*)
     case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac
-    case "$DEVICE$line" in cpu*|*'"cudagraph_skips": 0'*|*'"cudagraph_skips": null'*) ;; *) echo "  note: some compiled graphs ran without a CUDA graph (cudagraph_skips)" ;; esac ;;
+    case "$DEVICE$line" in cpu*|*'"cudagraph_skips": 0'*|*'"cudagraph_skips": null'*) ;; *) echo "  note: some compiled graphs ran without a CUDA graph (cudagraph_skips)" ;; esac
+    case "$line" in *'"acting_graphed": false'*) echo "  note: acting's CUDA graph capture failed and it acted eagerly (the warning is in $log)" ;; esac ;;
   esac
 }
 
@@ -79,7 +80,7 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS
   if [ "$DEVICE" = cuda ]; then
     echo "== the CUDA tests" >> "$log"
     summary=$(timeout "$TESTS_SECONDS" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_precision.py \
-      tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py -k cuda 2>&1 | tee -a "$log" | tail -1)
+      tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py tests/test_acting_path.py -k cuda 2>&1 | tee -a "$log" | tail -1)
     [ -n "$summary" ] || summary="no summary line (cut at $TESTS_SECONDS s)"
   else
     summary="no CUDA: the CUDA-only tests were not run"

@@ -71,7 +71,7 @@ class Config:
     compile: str = _f(
         "auto", "torch.compile: auto (update for a run of 1M steps or more, except bf16 on a CPU; else off); off; network "
         "(the network's passes; a bare --compile); update (the whole ACER update, one graph, with no host read in it); "
-        "graph (the update as a CUDA graph, CUDA only)",
+        "graph (the update as a CUDA graph, and each acting step as one of its own; CUDA only)",
         choices=COMPILE_MODES, metavar="MODE", const="network",
     )
     replay_device: str = _f(

@@ -9,6 +9,7 @@ from acer_sync.base.transfer import torch_dtype, upload
 from acer_sync.nets.distributions import Distribution, distribution_for
 from acer_sync.nets.networks import Network, State
 from acer_sync.nets.precision import NetworkPasses
+from acer_sync.rollout.acting_graph import ActingGraph
 from atari import parts
 from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
@@ -91,12 +92,15 @@ class Actor:
     :param device_stack: keep the frame stack on ``device`` (:class:`DeviceFrameStack`) and bring
         the actions and μ back in one pinned copy a step; None: on CUDA. On the CPU the numpy
         stack is the network's input as it is, with no copy at all.
+    :param graph: act through :class:`~acer_sync.rollout.acting_graph.ActingGraph` (with the
+        device stack): on CUDA one CUDA graph replay a step (``--compile graph``); elsewhere its
+        static-tensor step runs eagerly, the same values as the plain path.
     """
 
     def __init__(
         self, model: Network, info: EnvInfo, num_envs: int, device: torch.device, greedy: bool = False,
         generator: torch.Generator | None = None, update_normalizer: bool = False, precision: str = "fp32",
-        device_stack: bool | None = None,
+        device_stack: bool | None = None, graph: bool = False,
     ):
         self.model = model
         self.net = NetworkPasses(model, precision, device)
@@ -114,6 +118,18 @@ class Actor:
         self.num_envs = num_envs
         self.state: State = model.initial_state(num_envs)
         self.first = np.ones(num_envs, dtype=bool)
+        self.graph: ActingGraph | None = None
+        if graph:
+            if not self.device_stack:
+                raise ValueError("acting through a graph needs the frame stack on the device (device_stack)")
+            restore = tuple(self.normalizer.buffers()) if self.normalizer is not None else ()
+            self.graph = ActingGraph(self._choose, generator, restore)
+
+    def _choose(self, obs, first: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """The acting step on device tensors: the normalizer's update, then :func:`choose_actions`."""
+        if self.normalizer is not None:
+            self.normalizer.update(obs)
+        return choose_actions(self.net, self.distribution, obs, state, first, self.greedy, self.generator)
 
     def reset(self, frames) -> None:
         """Start every env's episode at ``frames``."""
@@ -139,12 +155,14 @@ class Actor:
         else:
             obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
             first = torch.from_numpy(self.first).to(self.device)
-        if self.normalizer is not None:
-            self.normalizer.update(obs)
-        actions, stats, self.state = choose_actions(self.net, dist, obs, self.state, first, self.greedy, self.generator)
-        if self.device_stack:
+        if self.graph is not None:
+            packed, self.state = self.graph(obs, first, self.state)
+            actions, stats = self._packed_to_host(packed)
+        elif self.device_stack:
+            actions, stats, self.state = self._choose(obs, first, self.state)
             actions, stats = self._to_host(actions, stats.float())
         else:
+            actions, stats, self.state = self._choose(obs, first, self.state)
             actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
         forced_envs, forced_actions = self.life_loss_actions.forced()
         if len(forced_envs):
@@ -155,14 +173,18 @@ class Actor:
     def _to_host(self, actions: torch.Tensor, stats: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Actions and μ in one copy to the host (pinned on CUDA): the actions travel as float32,
         exact for indices below 2**24."""
-        width = actions[0].numel()
-        packed = torch.cat([actions.reshape(len(actions), -1).float(), stats], dim=1)
+        return self._packed_to_host(torch.cat([actions.reshape(len(actions), -1).float(), stats], dim=1))
+
+    def _packed_to_host(self, packed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_to_host` of actions and μ already packed ``[N, action width + stat size]``."""
+        action_shape = self.distribution.action_shape
+        width = int(np.prod(action_shape))
         host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
         host.copy_(packed, non_blocking=packed.is_cuda)
         if packed.is_cuda:
             torch.cuda.current_stream(packed.device).synchronize()
         values = host.numpy()
-        action_values = values[:, :width].reshape(actions.shape)
+        action_values = values[:, :width].reshape(len(values), *action_shape)
         return action_values.astype(self.distribution.action_dtype), values[:, width:].copy()
 
     @torch.inference_mode()

@@ -45,12 +45,13 @@ class Runner:
     :param generator: the torch generator actions are sampled with (None: torch's global one).
     :param stream: the CUDA stream to act on (``--pipeline overlap``'s acting stream); None: the
         caller's current stream.
+    :param graph: act through a CUDA graph (``--compile graph`` on CUDA; :class:`Actor`'s ``graph``).
     """
 
     def __init__(
         self, env: VecEnv, model: Network, device: torch.device, nsteps: int, tracker: EpisodeTracker,
         fields: Iterable[Field], timer: PhaseTimer | None = None, reward_scale: float = 1.0, precision: str = "fp32",
-        generator: torch.Generator | None = None, stream: torch.cuda.Stream | None = None,
+        generator: torch.Generator | None = None, stream: torch.cuda.Stream | None = None, graph: bool = False,
     ):
         self.timer = timer or PhaseTimer()
         self.stream = stream
@@ -59,7 +60,8 @@ class Runner:
         self.tracker = tracker
         self.fields = tuple(fields)
         self.reward_scale = reward_scale
-        self.actor = Actor(model, env.info, env.num_envs, device, generator=generator, update_normalizer=True, precision=precision)
+        self.actor = Actor(model, env.info, env.num_envs, device, generator=generator, update_normalizer=True, precision=precision,
+                           graph=graph)
         self.frames: np.ndarray | dict[str, np.ndarray] | None = None
 
     def reset(self, seed: int | None) -> None:

@@ -177,7 +177,7 @@ def build_trainer(
     runner = Runner(  # overlapped, the collecting thread is not timed: the phase timer is the main thread's
         env, acting.model if acting else model, device, config.nsteps, tracker, fields, None if acting else timer,
         reward_scale=config.reward_scale, precision=config.precision, generator=generator,
-        stream=acting.stream if acting else None,
+        stream=acting.stream if acting else None, graph=compiling == "graph" and device.type == "cuda",
     )
     runner.reset(seed=config.seed + counters.get("iterations", 0) * config.num_envs)
     collector = BackgroundCollector(runner.run, info.env_id) if acting else None
