@@ -22,10 +22,16 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host array on ``device``: on CUDA through pinned memory, so the copy does not wait for the host."""
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
-    cuda = device.type == "cuda"
-    return (tensor.pin_memory() if cuda else tensor).to(device, non_blocking=cuda)
+    """A host array on ``device``: on CUDA through pinned memory, so the copy does not wait for the
+    host (a copy from pageable memory waits for every queued kernel). numpy fills the pinned memory,
+    in this thread: torch's copy of a frame batch would split it over its OpenMP threads, which then
+    wake, or spin, on the cores the envs' threads need (docs/performance.md)."""
+    array = np.ascontiguousarray(array)
+    if device.type != "cuda":
+        return torch.from_numpy(array).to(device)
+    pinned = torch.empty(array.shape, dtype=torch_dtype(array.dtype), pin_memory=True)
+    np.copyto(pinned.numpy(), array)
+    return pinned.to(device, non_blocking=True)
 
 
 class SideStream:
