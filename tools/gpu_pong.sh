@@ -2,8 +2,10 @@
 # Pong to a 100-game mean of 20 on the lent GPU (issue 35), in pieces that fit device calls: a
 # call runs train.py for at most S seconds (a fresh run, or a resume where RUN_DIR holds a
 # checkpoint), stops it with SIGINT (the run saves its checkpoint), and copies what a later call
-# needs to go on into OUT_DIR, small enough to carry back (config.json, progress.csv,
-# checkpoints/latest.pt, the console log, segments.jsonl). Each call appends one JSON line to
+# needs to go on into OUT_DIR, small enough to carry back: four files (config.json, progress.csv,
+# segments.jsonl, checkpoints/latest.pt), since a device call brings back at most 8 files, none
+# more than 2 folders below $OUT (--out "$OUT/pong" puts latest.pt at that depth). The run itself
+# trains in RUN_DIR, with its TensorBoard files and train.log. Each call appends one JSON line to
 # segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
 # far, the last 100-game mean, and where the mean first reached the target (steps, training time).
 # The stop uses the training episodes' 100-game mean (raw scores), so evaluation is off unless the
@@ -13,17 +15,17 @@
 # sampled, as its training games do, and 20.78 greedy (docs/performance.md).
 #
 #   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
-#   tools/gpu_pong.sh --seconds 480 --run-dir runs/gpu_pong --out "$OUT/pong" -- --pipeline overlap --compile graph
-#       (the next call: the previous call's OUT_DIR copied into runs/gpu_pong and carried)
+#       (the first call trains in runs/gpu_pong; the next call, in this session or a later one,
+#       carries the previous call's OUT_DIR copied into runs/gpu_pong, and runs the same command)
 #   tools/gpu_pong.sh --device cpu --env CartPole-v1 --reward 150 --seconds 20 --out /tmp/pong   # its dry run
 #
 # Options: --env ID (PongNoFrameskip-v4), --device D (cuda), --reward R (20), --seconds S (480),
-# --run-dir DIR (where the run trains; default OUT_DIR; resumed where it holds checkpoints/latest.pt),
+# --run-dir DIR (where the run trains, runs/gpu_pong; resumed where it holds checkpoints/latest.pt),
 # --out DIR (runs/gpu_pong), --python PY; anything after -- goes to train.py on every call (a
 # resume accepts the settings it may change, and the others only at their saved values).
 set -u
 cd "$(dirname "$0")/.."
-ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=480 RUN_DIR="" OUT_DIR=runs/gpu_pong
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=480 RUN_DIR=runs/gpu_pong OUT_DIR=runs/gpu_pong
 PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -38,14 +40,13 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_pong.sh: error: unknown option $1 (see the header of tools/gpu_pong.sh)" >&2; exit 2 ;;
   esac
 done
-RUN_DIR=${RUN_DIR:-$OUT_DIR}
 if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | grep -q '"reached": {'; then
   echo "gpu_pong: $RUN_DIR reached its target already: $(tail -n 1 "$RUN_DIR/segments.jsonl")"
   exit 0
 fi
 # gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
 source tools/use_wheels.sh
-mkdir -p "$OUT_DIR" || exit 2
+mkdir -p "$OUT_DIR" "$RUN_DIR" || exit 2
 
 common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0)
 if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
@@ -58,7 +59,7 @@ fi
 echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most $SECONDS_FOR s: ${cmd[*]}"
 start=$(date +%s)
 # SIGINT at S seconds saves a checkpoint; a run still there 60 s later is killed.
-timeout -s INT -k 60 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$OUT_DIR/train.log"
+timeout -s INT -k 60 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$RUN_DIR/train.log"
 code=${PIPESTATUS[0]}
 wall=$(( $(date +%s) - start ))
 
