@@ -154,8 +154,28 @@ def test_cuda_graphed_sampling_is_one_run_per_seed_and_reads_the_weights_in_plac
     second.reset(frames)
     runs = [[first.act()[0] for _ in range(12)], [second.act()[0] for _ in range(12)]]
     assert first.graph.captured and all(np.array_equal(a, b) for a, b in zip(*runs))
+    assert len({actions.tobytes() for actions in runs[0]}) > 1  # each replay draws anew
     with torch.no_grad():  # weights written in place (as an update or the acting copy's exchange does)
         for parameter in second.model.parameters():
             parameter.zero_()
     _, mu = second.act()
     np.testing.assert_allclose(mu, 0.5, atol=1e-6)  # a zero net: uniform over CartPole's two actions
+
+
+@requires_cuda
+def test_cuda_a_step_that_reads_the_device_back_acts_eagerly_with_one_warning(caplog):
+    # A host sync cannot be captured: the warm-up (in sync-debug "error" mode) finds it, and the
+    # step runs eagerly from then on, its values as before.
+    from acer_sync.rollout.acting_graph import ActingGraph
+
+    def step(obs, first, state):
+        scale = float(obs.sum().item() >= 0)  # a host read
+        return obs.argmax(-1), torch.softmax(obs * scale, -1), state
+
+    obs = torch.randn(3, 4, device="cuda")
+    graph = ActingGraph(step)
+    with caplog.at_level("WARNING"):
+        packed, _ = graph(obs, torch.zeros(3, dtype=torch.bool, device="cuda"), ())
+    assert not graph.captured and "acting runs eagerly" in caplog.text
+    torch.testing.assert_close(packed[:, 1:], torch.softmax(obs, -1))
+    assert torch.cuda.get_sync_debug_mode() == 0  # put back

@@ -157,9 +157,11 @@ def test_sigint_saves_exits_130_and_the_run_resumes_overlapped_with_evaluations(
 
 
 @requires_cuda
-def test_cuda_compile_graph_acts_through_a_cuda_graph_overlapped_and_as_the_exchange_leaves_it(tmp_path):
-    # --compile graph on CUDA replays acting as a CUDA graph of its own (on the acting stream, while
-    # the learner updates), reading the acting copy's weights in place: the run trains and finishes.
-    trainer, rows = overlap_run(tmp_path, device="cuda", compile="graph")
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_cuda_compile_graph_acts_through_a_cuda_graph_beside_the_graphed_update(tmp_path, pipeline):
+    # --compile graph on CUDA replays acting as a CUDA graph of its own (overlapped: on the acting
+    # stream, while the learner updates; serial: on the learner's stream, with the default
+    # generator), reading the weights in place: the run trains and finishes.
+    trainer, rows = overlap_run(tmp_path, device="cuda", compile="graph", pipeline=pipeline)
     assert trainer.runner.actor.graph is not None and trainer.runner.actor.graph.captured
     assert len(rows) == 60 and rows[-1]["updates"] > 0 and rows[-1]["nonfinite_updates"] == 0

@@ -13,9 +13,16 @@ statistics are read in place, so the weights an update or :class:`ActingCopy` wr
 are the weights the next replay acts with. The sample draws from the Actor's generator, registered
 with the graph, so a seed gives one run.
 
-Off CUDA (and where ``capture`` is off) the same static-buffer step runs eagerly: tests on the CPU
-check it against the Actor's own eager path, bit for bit. A capture that fails falls back to the
-eager step with one warning line.
+Off CUDA (and where ``capture`` is off) the same static-tensor step runs eagerly: tests on the CPU
+check it against the Actor's own eager path, bit for bit.
+
+The capture happens once, at the Actor's first reset (the Trainer's setup, in the main thread,
+before any update): first three eager warm-up steps, with the device's sync-debug mode set to
+raise, whose changes to the state, the normalizer and the generator are undone; then the
+recording. A step that cannot run without a host sync (a user's torso that reads a value back)
+fails its warm-up, and acting goes on eagerly, with one warning line. A recording that fails
+leaves the device's capture state broken for the process (its generators and allocator still
+mark a capture), so it is a :class:`~atari.errors.UserError` that names ``--compile update``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import logging
 import torch
 
 from atari import parts
+from atari.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +46,12 @@ class ActingGraph:
     :param step: ``step(obs, first, state) -> (actions, stats, next_state)``, the Actor's acting
         step (:func:`acer_sync.rollout.actor.choose_actions` with its network, distribution,
         greedy flag and generator).
-    :param generator: the generator ``step`` samples from (registered with the graph), or None.
+    :param generator: the generator ``step`` samples from (registered with the graph), or None
+        (the device's default generator).
     :param restore: tensors ``step`` changes in place besides its outputs (the normalizer's
-        statistics): the warm-up's changes to them are undone before the first real step.
-    :param capture: capture a CUDA graph at the first call (on CUDA); else run ``step`` eagerly
-        on the static tensors.
+        statistics): the warm-up's changes to them are undone.
+    :param capture: capture a CUDA graph at :meth:`prepare` or the first call (on CUDA); else run
+        ``step`` eagerly on the static tensors.
     """
 
     def __init__(self, step, generator: torch.Generator | None = None, restore: tuple[torch.Tensor, ...] = (),
@@ -77,44 +86,67 @@ class ActingGraph:
             static.copy_(new)
         return torch.cat([actions.reshape(len(actions), -1).float(), stats.float()], dim=1)
 
-    def _capture(self) -> None:
+    def _warm_up(self) -> None:
+        """Eager steps on a side stream, raising at a host sync; everything they changed restored."""
         device = self.first.device
         saved = [t.clone() for t in (*self.restore, *self.state)]
-        generator_state = self.generator.get_state() if self.generator is not None else None
+        generator_state = self.generator.get_state() if self.generator is not None else torch.cuda.get_rng_state(device)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
+        debug_mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
         try:
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS):
                     self._run_step()
         finally:  # as before the warm-up, whether or not it ran
+            torch.cuda.set_sync_debug_mode(debug_mode)
             torch.cuda.current_stream(device).wait_stream(side)
             torch.cuda.current_stream(device).synchronize()
             for tensor, value in zip((*self.restore, *self.state), saved, strict=True):
                 tensor.copy_(value)
             if self.generator is not None:
                 self.generator.set_state(generator_state)
+            else:
+                torch.cuda.set_rng_state(generator_state, device)
+
+    def _record(self) -> None:
         graph = torch.cuda.CUDAGraph()
         if self.generator is not None:
             graph.register_generator_state(self.generator)
-        # thread_local: the learner's thread (--pipeline overlap) may allocate and sync meanwhile
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.packed = self._run_step()
         self.graph = graph
 
-    def __call__(self, obs, first: torch.Tensor, state: tuple) -> tuple[torch.Tensor, tuple]:
+    @torch.inference_mode()
+    def prepare(self, obs, first: torch.Tensor, state: tuple) -> None:
+        """Take the step's inputs and, the first time on CUDA, capture its graph (see the module)."""
         self._copy_in(obs, first, state)
-        if self._capture_pending:
-            self._capture_pending = False
-            if self.first.is_cuda:
-                try:
-                    self._capture()
-                except Exception as error:  # noqa: BLE001 - any capture failure: the eager step, said once
-                    self.graph = None
-                    message = str(error).splitlines()[0] if str(error) else ""
-                    log.warning(f"--compile graph: acting runs eagerly, capturing its CUDA graph failed "
-                                f"({type(error).__name__}: {message})")
+        if not self._capture_pending:
+            return
+        self._capture_pending = False
+        if not self.first.is_cuda:
+            return
+        try:
+            self._warm_up()
+        except Exception as error:  # noqa: BLE001 - a step that cannot be captured acts eagerly, said once
+            log.warning(f"--compile graph: acting runs eagerly, its step cannot be captured as a CUDA graph "
+                        f"({_reason(error)})")
+            return
+        try:
+            self._record()
+        except Exception as error:
+            raise UserError(f"--compile graph: capturing acting's CUDA graph failed ({_reason(error)}); "
+                            "run with --compile update") from error
+
+    def __call__(self, obs, first: torch.Tensor, state: tuple) -> tuple[torch.Tensor, tuple]:
+        self.prepare(obs, first, state)
         if self.graph is not None:
             self.graph.replay()
             return self.packed, self.state
         return self._run_step(), self.state
+
+
+def _reason(error: BaseException) -> str:
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

@@ -132,11 +132,13 @@ class Actor:
         return choose_actions(self.net, self.distribution, obs, state, first, self.greedy, self.generator)
 
     def reset(self, frames) -> None:
-        """Start every env's episode at ``frames``."""
+        """Start every env's episode at ``frames`` (acting through a graph: its capture, the first time)."""
         self.stacker.reset(frames)
         self.life_loss_actions.reset()
         self.state = self.model.initial_state(self.num_envs)
         self.first = np.ones(self.num_envs, dtype=bool)
+        if self.graph is not None:
+            self.graph.prepare(self.stacker.stacked, upload(self.first, self.device), self.state)
 
     @property
     def observation(self):
