@@ -235,13 +235,14 @@ def test_life_loss_frames_bad_input_is_one_line(tmp_path, problem, message):
 def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_the_budget_leaves_out(tmp_path):
     # The report tools/gpu_report.sh runs first on a lent GPU, tried here as its dry run: one
     # setting fits the budget (bench.py --device cpu), the rest are recorded as skipped.
-    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--device", "cpu", "--seconds", "2",
-                             "--budget", "40", "--out", str(tmp_path), "--python", sys.executable],
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
+                             "--seconds", "2", "--budget", "33", "--out", str(tmp_path), "--python", sys.executable],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (report,) = tmp_path.glob("cpu-*.jsonl")
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines[0]["report"] == "--num-envs 16" and lines[0]["num_envs"] == 16 and lines[0]["device"] == "cpu"
+    assert lines[0]["env"] == "CartPole-v1"  # Pong's bench line: tests/test_bench.py
     # The baseline, then the CUDA tests (whatever the timings take), then the other settings.
     assert lines[1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
     assert all("skipped" in line for line in lines[2:]) and len(lines) == 12  # 11 settings and the tests

@@ -8,7 +8,7 @@
 #                                                     # its files come back from $OUT; copy them to docs/bench/
 #   tools/gpu_report.sh --device cpu --seconds 4 --budget 120 --out /tmp/report   # the dry run, on a CPU
 #
-# Options: --device cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting,
+# Options: --env ID (default PongNoFrameskip-v4; the tests' dry run takes CartPole-v1), --device cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting,
 # default 40), --budget S (the whole report's wall time, default 540: a setting that would not fit
 # is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3).
 # Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
@@ -18,9 +18,10 @@
 # stderr and the tests' output go to OUT_DIR/<device>-<commit>.log.
 set -u
 cd "$(dirname "$0")/.."
-DEVICE=cuda SECONDS_PER=40 BUDGET=540 OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=540 OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
+    --env) ENV_ID=$2; shift 2 ;;
     --device) DEVICE=$2; shift 2 ;;
     --seconds) SECONDS_PER=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
@@ -60,7 +61,7 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   fi
   local line
   echo "== bench.py $label" >> "$log"
-  line=$(env "${vars[@]}" "$PY" bench.py --device "$DEVICE" --seconds "$SECONDS_PER" --json "$@" 2>>"$log" | tail -1)
+  line=$(env "${vars[@]}" "$PY" bench.py --env "$ENV_ID" --device "$DEVICE" --seconds "$SECONDS_PER" --json "$@" 2>>"$log" | tail -1)
   if [ "${line:0:1}" != "{" ]; then
     echo "{\"report\": \"$label\", \"failed\": \"bench.py printed no JSON line\"}" >> "$out"
     echo "  failed: $label"
