@@ -413,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         "update_compiled": trainer.agent.compiled,
         # --compile graph: the graphs cudagraph trees skipped (ran without a CUDA graph), 0 where all replayed.
         "cudagraph_skips": cudagraph_skips() if trainer.agent.compile_mode == "graph" else None,
-        # --compile graph on CUDA: whether acting replayed its own CUDA graph (False: its capture
-        # failed, and it acted eagerly; None: not asked for).
+        # --compile graph on CUDA: whether acting replayed its own CUDA graph (False: its step could
+        # not be captured, and it acted eagerly; None: not asked for).
         "acting_graphed": trainer.runner.actor.graph.captured if trainer.runner.actor.graph is not None else None,
         "pipeline": config.pipeline,
         "replay_device": trainer.buffer.device.type,

@@ -8,8 +8,8 @@
 #                                                     # its files come back from $OUT; copy them to docs/bench/
 #   tools/gpu_report.sh --device cpu --seconds 4 --budget 120 --out /tmp/report   # the dry run, on a CPU
 #
-# Options: --env ID (default PongNoFrameskip-v4; the tests' dry run takes CartPole-v1), --device cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting,
-# default 40), --budget S (the whole report's wall time, default 540: a setting that would not fit
+# Options: --env ID (default PongNoFrameskip-v4; the tests' dry run takes CartPole-v1), --device
+# cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting, default 40), --budget S (the whole report's wall time, default 540: a setting that would not fit
 # is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3).
 # Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
@@ -72,7 +72,7 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   case "$*" in *"--compile update"*|*"--compile graph"*)
     case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac
     case "$DEVICE$line" in cpu*|*'"cudagraph_skips": 0'*|*'"cudagraph_skips": null'*) ;; *) echo "  note: some compiled graphs ran without a CUDA graph (cudagraph_skips)" ;; esac
-    case "$line" in *'"acting_graphed": false'*) echo "  note: acting's CUDA graph capture failed and it acted eagerly (the warning is in $log)" ;; esac ;;
+    case "$line" in *'"acting_graphed": false'*) echo "  note: acting's step could not be captured as a CUDA graph and it acted eagerly (the warning is in $log)" ;; esac ;;
   esac
 }
 

@@ -13,8 +13,8 @@ statistics are read in place, so the weights an update or :class:`ActingCopy` wr
 are the weights the next replay acts with. The sample draws from the Actor's generator, registered
 with the graph, so a seed gives one run.
 
-Off CUDA (and where ``capture`` is off) the same static-tensor step runs eagerly: tests on the CPU
-check it against the Actor's own eager path, bit for bit.
+Off CUDA the same static-tensor step runs eagerly: tests on the CPU check it against the Actor's
+own eager path, bit for bit.
 
 The capture happens once, at the Actor's first reset (the Trainer's setup, in the main thread,
 before any update): first three eager warm-up steps, with the device's sync-debug mode set to
@@ -50,16 +50,16 @@ class ActingGraph:
         (the device's default generator).
     :param restore: tensors ``step`` changes in place besides its outputs (the normalizer's
         statistics): the warm-up's changes to them are undone.
-    :param capture: capture a CUDA graph at :meth:`prepare` or the first call (on CUDA); else run
-        ``step`` eagerly on the static tensors.
+
+    The graph is captured at :meth:`prepare` or the first call, on CUDA; elsewhere ``step`` runs
+    eagerly on the static tensors.
     """
 
-    def __init__(self, step, generator: torch.Generator | None = None, restore: tuple[torch.Tensor, ...] = (),
-                 capture: bool = True):
+    def __init__(self, step, generator: torch.Generator | None = None, restore: tuple[torch.Tensor, ...] = ()):
         self._step = step
         self.generator = generator
         self.restore = restore
-        self._capture_pending = capture
+        self._capture_pending = True
         self.obs = self.first = None
         self.state: tuple = ()
         self.packed: torch.Tensor | None = None
@@ -84,7 +84,7 @@ class ActingGraph:
         actions, stats, next_state = self._step(self.obs, self.first, self.state)
         for static, new in zip(self.state, next_state, strict=True):
             static.copy_(new)
-        return torch.cat([actions.reshape(len(actions), -1).float(), stats.float()], dim=1)
+        return pack(actions, stats)
 
     def _warm_up(self) -> None:
         """Eager steps on a side stream, raising at a host sync; everything they changed restored."""
@@ -122,8 +122,10 @@ class ActingGraph:
     def prepare(self, obs, first: torch.Tensor, state: tuple) -> None:
         """Take the step's inputs and, the first time on CUDA, capture its graph (see the module)."""
         self._copy_in(obs, first, state)
-        if not self._capture_pending:
-            return
+        if self._capture_pending:
+            self._capture()
+
+    def _capture(self) -> None:
         self._capture_pending = False
         if not self.first.is_cuda:
             return
@@ -140,11 +142,20 @@ class ActingGraph:
                             "run with --compile update") from error
 
     def __call__(self, obs, first: torch.Tensor, state: tuple) -> tuple[torch.Tensor, tuple]:
-        self.prepare(obs, first, state)
+        """One step (the Actor's ``act`` calls it in inference mode)."""
+        self._copy_in(obs, first, state)
+        if self._capture_pending:
+            self._capture()
         if self.graph is not None:
             self.graph.replay()
             return self.packed, self.state
         return self._run_step(), self.state
+
+
+def pack(actions: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    """Actions ``[N, ...]`` and statistics ``[N, stat size]`` as one float32 tensor ``[N, action
+    width + stat size]``, for one copy to the host (actions exact as float32 below 2**24)."""
+    return torch.cat([actions.reshape(len(actions), -1).float(), stats.float()], dim=1)
 
 
 def _reason(error: BaseException) -> str:

@@ -9,7 +9,7 @@ from acer_sync.base.transfer import torch_dtype, upload
 from acer_sync.nets.distributions import Distribution, distribution_for
 from acer_sync.nets.networks import Network, State
 from acer_sync.nets.precision import NetworkPasses
-from acer_sync.rollout.acting_graph import ActingGraph
+from acer_sync.rollout.acting_graph import ActingGraph, pack
 from atari import parts
 from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
@@ -160,25 +160,21 @@ class Actor:
         if self.graph is not None:
             packed, self.state = self.graph(obs, first, self.state)
             actions, stats = self._packed_to_host(packed)
-        elif self.device_stack:
-            actions, stats, self.state = self._choose(obs, first, self.state)
-            actions, stats = self._to_host(actions, stats.float())
         else:
             actions, stats, self.state = self._choose(obs, first, self.state)
-            actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
+            if self.device_stack:
+                actions, stats = self._packed_to_host(pack(actions, stats))
+            else:
+                actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
         forced_envs, forced_actions = self.life_loss_actions.forced()
         if len(forced_envs):
             actions[forced_envs] = forced_actions
             stats[forced_envs] = dist.forced_stats(forced_actions)
         return actions, stats
 
-    def _to_host(self, actions: torch.Tensor, stats: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and μ in one copy to the host (pinned on CUDA): the actions travel as float32,
-        exact for indices below 2**24."""
-        return self._packed_to_host(torch.cat([actions.reshape(len(actions), -1).float(), stats], dim=1))
-
     def _packed_to_host(self, packed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_to_host` of actions and μ already packed ``[N, action width + stat size]``."""
+        """Actions and μ, packed (:func:`~acer_sync.rollout.acting_graph.pack`), in one copy to the
+        host (pinned on CUDA)."""
         action_shape = self.distribution.action_shape
         width = int(np.prod(action_shape))
         host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
