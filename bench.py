@@ -12,11 +12,16 @@ a quarter:
 * ``learner_steps_per_sec``: the learner alone on buffer data: per N·T agent steps, T acting
   forward passes, one buffer put, and the Trainer's ``learn()``: one on-policy and
   Poisson(``replay_ratio``) off-policy ACER updates (``learner_updates_per_iteration``: how many it
-  drew per iteration, 1 + ``replay_ratio`` on average).
+  drew per iteration, 1 + ``replay_ratio`` on average). The segments it puts are random, made
+  before the clock starts. ``learner_update_steps_per_sec``: the same iterations' put and
+  ``learn()`` alone, without the acting (what ``--pipeline overlap``'s learner does while the
+  collecting thread acts); ``learner_acting_fraction``: acting's share of the iteration.
 * ``raw_learner_steps_per_sec``: the same network passes at the same batch sizes in plain
   PyTorch on random uint8 frames already on the device, with no ACER logic (no Retrace, bias
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
   Under ``--precision bf16`` its passes run in the same bf16 autocast as training's.
+  ``raw_update_steps_per_sec``: its update passes alone, without the acting forwards, the ceiling
+  of ``learner_update_steps_per_sec`` (their ratio: ``update_efficiency``).
 * ``steps_per_sec``: end to end, through :class:`acer_sync.training.trainer.Trainer`'s own
   ``collect()`` and ``learn()``, with replay active from the start over a prefilled buffer, for
   half of its quarter with the phase timer off; then ``steps_per_sec_timed`` and the time spent in
@@ -74,6 +79,10 @@ from atari.stacking import FrameStacker
 
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
 BENCH_BUFFER_STEPS = 2_000
+#: Random segments the learner's measurement cycles through, made before its clock starts: making
+#: one (its frames drawn by numpy) takes about 4 ms at 16 envs on a CPU core, a tenth of a learning
+#: iteration on an H200, and training spends no such time.
+LEARNER_SEGMENTS = 4
 PHASES = ("env", "observe", "acting", "collect_wait", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update")
 #: The collecting thread's phases (``--pipeline overlap``).
 COLLECT_PHASES = ("env", "observe", "acting")
@@ -168,11 +177,13 @@ def bench_collect(trainer: Trainer, seconds: float) -> float:
     return calls * trainer.steps_per_iteration / elapsed
 
 
-def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> tuple[float, float]:
+def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) -> tuple[float, float, float]:
     """ACER's learner on buffer data, without the env: acting passes, put, then the Trainer's own
     :meth:`~acer_sync.training.trainer.Trainer.learn` (one on-policy and Poisson(replay_ratio)
-    off-policy updates, the replay-state path included). Returns steps/s and the updates per
-    iteration it drew (1 + replay_ratio on average; a short window's draws move the figure)."""
+    off-policy updates, the replay-state path included). Returns steps/s, the updates per
+    iteration it drew (1 + replay_ratio on average; a short window's draws move the figure), and
+    steps/s of the put and ``learn()`` alone (on CUDA the device is synchronized after them, as
+    acting's first step would wait for them on the same stream)."""
     cfg, info = trainer.config, trainer.info
     actor, fields = trainer.runner.actor, trainer.fields
     def randomize(stacked):  # the numpy stack, or the device stack's tensors (on CUDA)
@@ -182,22 +193,32 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
             fill_random(rng, stacked)
 
     parts.map_parts(randomize, actor.observation)
+    segments = [synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps) for _ in range(LEARNER_SEGMENTS)]
+    learning = {"seconds": 0.0, "calls": 0}
 
     def iteration():
         for _ in range(cfg.nsteps):
             actor.act()
-        trainer.buffer.put(synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps))
+        start = time.perf_counter()
+        trainer.buffer.put(segments[learning["calls"] % len(segments)])
         trainer.learn()
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        learning["seconds"] += time.perf_counter() - start
+        learning["calls"] += 1
 
     for _ in range(2):  # warm-up, as timed_loop's
         iteration()
     updates_before = trainer.updates
+    learning["seconds"] = 0.0
     calls, elapsed = timed_loop(iteration, seconds, warmup=0)
-    return calls * cfg.num_envs * cfg.nsteps / elapsed, (trainer.updates - updates_before) / calls
+    steps = calls * cfg.num_envs * cfg.nsteps
+    return steps / elapsed, (trainer.updates - updates_before) / calls, steps / learning["seconds"]
 
 
-def bench_raw_learner(info, config, device: torch.device, seconds: float) -> float:
-    """The same network passes in plain PyTorch on random uint8 frames already on the device."""
+def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tuple[float, float]:
+    """The same network passes in plain PyTorch on random uint8 frames already on the device:
+    steps/s, and steps/s of the update passes alone (without the acting forwards)."""
     T, N = config.nsteps, config.num_envs
     model = build_model(info, config).to(device)
     if compile_mode(config, device.type) == "network":
@@ -216,6 +237,12 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
     updates = 1 + int(round(config.replay_ratio))
     bf16 = runs_in_bf16(model, config.precision)
 
+    updating = {"seconds": 0.0}
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
     def iteration():
         with torch.inference_mode():
             acting_state = state
@@ -223,6 +250,8 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
                 with autocast(device, bf16):
                     features, acting_state = model.step(acting_obs, acting_state, firsts[0])
                     model.policy_of(features)
+        synchronize()
+        start = time.perf_counter()
         for _ in range(updates):
             with autocast(device, bf16):
                 pi, q = to_float32(model(model.unroll(batch_obs, firsts, state)[0]))
@@ -232,11 +261,14 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> flo
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize()
+        updating["seconds"] += time.perf_counter() - start
 
-    calls, elapsed = timed_loop(iteration, seconds)
-    return calls * N * T / elapsed
+    for _ in range(2):  # warm-up, as timed_loop's
+        iteration()
+    updating["seconds"] = 0.0
+    calls, elapsed = timed_loop(iteration, seconds, warmup=0)
+    return calls * N * T / elapsed, calls * N * T / updating["seconds"]
 
 
 class GpuBusy:
@@ -371,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         collect_sps = bench_collect(trainer, quarter / 2)
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
-        learner_sps, learner_updates = bench_learner(trainer, quarter, rng)
-        raw_sps = bench_raw_learner(info, config, trainer.device, quarter)
+        learner_sps, learner_updates, update_sps = bench_learner(trainer, quarter, rng)
+        raw_sps, raw_update_sps = bench_raw_learner(info, config, trainer.device, quarter)
         steps_sps, timed_sps, phases, collect_phases, gpu_busy = bench_end_to_end(trainer, quarter)
         trainer.close()
 
@@ -394,10 +426,15 @@ def main(argv: list[str] | None = None) -> int:
         "collect_steps_per_sec": round(collect_sps, 1),
         "learner_steps_per_sec": round(learner_sps, 1),
         "learner_updates_per_iteration": round(learner_updates, 3),
+        "learner_update_steps_per_sec": round(update_sps, 1),
+        "learner_acting_fraction": round(1.0 - learner_sps / update_sps, 3),
         "raw_learner_steps_per_sec": round(raw_sps, 1),
+        "raw_update_steps_per_sec": round(raw_update_sps, 1),
         "serial_bound_steps_per_sec": round(serial_bound, 1),
         "loop_efficiency": round(steps_sps / serial_bound, 3),
         "learner_efficiency": round(learner_sps / raw_sps, 3),
+        # the updates alone against their plain passes: the overlapped learner's share of its ceiling
+        "update_efficiency": round(update_sps / raw_update_sps, 3),
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
         "phase_fraction": fractions(phases),
         # overlapped: the collecting thread's own phases, beside the learner's (None when serial)
@@ -430,10 +467,12 @@ def main(argv: list[str] | None = None) -> int:
     in_loop_text = f"{in_loop:.1f}" if in_loop is not None else "not measured"
     print(f"env alone       {result['env_steps_per_sec']:>10.1f} steps/s (in the loop: {in_loop_text})")
     print(f"collect alone   {result['collect_steps_per_sec']:>10.1f} steps/s (acting and the env, nothing learned)")
-    print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s")
-    print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s")
+    print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s ({result['learner_update_steps_per_sec']:.1f} "
+          f"without its acting, {result['learner_acting_fraction']:.0%} of its time)")
+    print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s ({result['raw_update_steps_per_sec']:.1f} "
+          f"its updates alone)")
     print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "
-          f"learner efficiency {result['learner_efficiency']:.2f}")
+          f"learner efficiency {result['learner_efficiency']:.2f}, its updates {result['update_efficiency']:.2f}")
     print("phases          " + ", ".join(f"{k} {v:.0%}" for k, v in result["phase_fraction"].items()))
     if result["collect_thread_fraction"]:
         print("collect thread  " + ", ".join(f"{k} {v:.0%}" for k, v in result["collect_thread_fraction"].items()))

@@ -16,6 +16,7 @@ KEYS = {
     "buffer_bytes_per_transition", "default_buffer_gb", "peak_rss_mb", "device", "torch_threads", "versions", "machine",
     "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "cudagraph_skips", "replay_device",
     "collect_thread_fraction", "env_steps_per_sec_in_loop", "collect_steps_per_sec", "acting_graphed",
+    "learner_update_steps_per_sec", "learner_acting_fraction", "raw_update_steps_per_sec", "update_efficiency",
 }
 PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -37,6 +38,10 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
     assert PHASES <= set(figures["phase_seconds"])
     assert figures["machine"]["cpu_count"] >= figures["machine"]["cpus_usable"] >= 1 and figures["machine"]["device_name"]
     assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0
+    # the updates alone are a part of each learner iteration, timed inside it: never slower than the whole
+    assert figures["learner_update_steps_per_sec"] >= figures["learner_steps_per_sec"]
+    assert figures["raw_update_steps_per_sec"] >= figures["raw_learner_steps_per_sec"]
+    assert 0 <= figures["learner_acting_fraction"] < 1 and figures["update_efficiency"] > 0
     if env == "PongNoFrameskip-v4":
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
     assert figures["gpu_busy_fraction"] is None and figures["replay_device"] == "cpu"  # no CUDA here
