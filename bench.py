@@ -192,6 +192,8 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
         else:
             fill_random(rng, stacked)
 
+    if trainer.device.type == "cuda":  # the collecting stream's last stack update lands before these writes
+        torch.cuda.synchronize(trainer.device)
     parts.map_parts(randomize, actor.observation)
     segments = [synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps) for _ in range(LEARNER_SEGMENTS)]
     learning = {"seconds": 0.0, "calls": 0}

@@ -118,6 +118,25 @@ def test_acting_through_the_graphs_static_tensors_is_the_plain_step_exactly(case
         assert torch.equal(plain, graphed)
 
 
+def test_the_graphs_static_tensors_are_plain_tensors_whatever_the_callers_mode():
+    # The capture runs outside inference mode: made inside it, the device generator's seed and
+    # offset tensors (made at a process's first capture) would be inference tensors, and every
+    # later capture (the update's CUDA graphs) would fail writing them (pytorch#166792). Here, the
+    # static tensors it makes: plain, even when the Actor is reset inside inference mode, and
+    # written by the steps act() takes inside it.
+    info, (_, graphed) = graph_and_plain_actors("lstm", torch.device("cpu"))
+    vec = VecEnv(info, graphed.num_envs, "sync")
+    frames, _ = vec.reset(seed=0)
+    vec.close()
+    with torch.inference_mode():
+        graphed.reset(frames)
+    graph = graphed.graph
+    statics = lambda: (graph.first, *graph.state, *parts.parts_of(graph.obs))  # noqa: E731
+    assert not any(tensor.is_inference() for tensor in statics())
+    graphed.act()
+    assert not any(tensor.is_inference() for tensor in statics())
+
+
 def test_acting_through_a_graph_needs_the_device_stack():
     info = env_info("CartPole-v1")
     model = build_model(info, build_config(False, dict(env="CartPole-v1", hidden="16")))
@@ -163,13 +182,32 @@ def test_cuda_graphed_sampling_is_one_run_per_seed_and_reads_the_weights_in_plac
 
 
 @requires_cuda
+def test_cuda_a_capture_after_actings_is_not_broken_by_inference_mode():
+    # Acting's graph is the process's first capture (at the Actor's reset), the update's CUDA
+    # graphs come after it, outside inference mode: they must still record (pytorch#166792).
+    info, (_, graphed) = graph_and_plain_actors("mlp", torch.device("cuda"))
+    vec = VecEnv(info, graphed.num_envs, "sync")
+    frames, _ = vec.reset(seed=0)
+    vec.close()
+    with torch.inference_mode():
+        graphed.reset(frames)
+    assert graphed.graph.captured
+    x = torch.zeros(4, device="cuda")
+    later = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(later):
+        y = x * 2 + 1
+    later.replay()
+    torch.testing.assert_close(y, torch.ones(4, device="cuda"))
+
+
+@requires_cuda
 def test_cuda_a_step_that_reads_the_device_back_acts_eagerly_with_one_warning(caplog):
     # A host sync cannot be captured: the warm-up (in sync-debug "error" mode) finds it, and the
     # step runs eagerly from then on, its values as before.
     from acer_sync.rollout.acting_graph import ActingGraph
 
     def step(obs, first, state):
-        scale = float(obs.sum().item() >= 0)  # a host read
+        scale = 1.0 + 0.0 * obs.sum().item()  # a host read that leaves the values as they are
         return obs.argmax(-1), torch.softmax(obs * scale, -1), state
 
     obs = torch.randn(3, 4, device="cuda")

@@ -70,10 +70,11 @@ class ActingGraph:
         return self.graph is not None
 
     def _copy_in(self, obs, first: torch.Tensor, state: tuple) -> None:
-        if self.obs is None:  # the static tensors, made at the first call
-            self.obs = parts.map_parts(torch.empty_like, obs)
-            self.first = torch.empty_like(first)
-            self.state = tuple(torch.empty_like(s) for s in state)
+        if self.obs is None:  # the static tensors, made at the first call, as plain tensors (see _capture)
+            with torch.inference_mode(False):
+                self.obs = parts.map_parts(torch.empty_like, obs)
+                self.first = torch.empty_like(first)
+                self.state = tuple(torch.empty_like(s) for s in state)
         parts.map_parts(lambda static, new: static.copy_(new), self.obs, obs)
         self.first.copy_(first)
         if state is not self.state:
@@ -111,14 +112,26 @@ class ActingGraph:
                 torch.cuda.set_rng_state(generator_state, device)
 
     def _record(self) -> None:
+        """The capture; a failure is a :class:`UserError` naming the step's own error (ending a
+        capture that the step invalidated raises an error of its own in place of the step's)."""
         graph = torch.cuda.CUDAGraph()
         if self.generator is not None:
             graph.register_generator_state(self.generator)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self.packed = self._run_step()
+        step_error: Exception | None = None
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                try:
+                    self.packed = self._run_step()
+                except Exception as error:
+                    step_error = error
+                    raise
+        except Exception as error:
+            cause = step_error or error
+            raise UserError(f"--compile graph: capturing acting's CUDA graph failed ({_reason(cause)}); "
+                            "run with --compile update") from cause
         self.graph = graph
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def prepare(self, obs, first: torch.Tensor, state: tuple) -> None:
         """Take the step's inputs and, the first time on CUDA, capture its graph (see the module)."""
         self._copy_in(obs, first, state)
@@ -126,20 +139,21 @@ class ActingGraph:
             self._capture()
 
     def _capture(self) -> None:
+        """The warm-up and the recording, outside inference mode (whatever the caller's): the first
+        capture in a process makes the device generator's seed and offset tensors, and made in
+        inference mode they are inference tensors that every later capture (the update's CUDA
+        graphs) writes outside it, which raises (pytorch#166792)."""
         self._capture_pending = False
         if not self.first.is_cuda:
             return
-        try:
-            self._warm_up()
-        except Exception as error:  # noqa: BLE001 - a step that cannot be captured acts eagerly, said once
-            log.warning(f"--compile graph: acting runs eagerly, its step cannot be captured as a CUDA graph "
-                        f"({_reason(error)})")
-            return
-        try:
+        with torch.inference_mode(False), torch.no_grad():
+            try:
+                self._warm_up()
+            except Exception as error:  # noqa: BLE001 - a step that cannot be captured acts eagerly, said once
+                log.warning(f"--compile graph: acting runs eagerly, its step cannot be captured as a CUDA graph "
+                            f"({_reason(error)})")
+                return
             self._record()
-        except Exception as error:
-            raise UserError(f"--compile graph: capturing acting's CUDA graph failed ({_reason(error)}); "
-                            "run with --compile update") from error
 
     def __call__(self, obs, first: torch.Tensor, state: tuple) -> tuple[torch.Tensor, tuple]:
         """One step (the Actor's ``act`` calls it in inference mode)."""
