@@ -118,18 +118,24 @@ def test_acting_through_the_graphs_static_tensors_is_the_plain_step_exactly(case
         assert torch.equal(plain, graphed)
 
 
+def graphed_actor_reset_in_inference_mode(case: str, device: torch.device) -> Actor:
+    """An Actor acting through a graph, reset (its graph prepared: captured on CUDA) inside inference mode."""
+    info, (_, graphed) = graph_and_plain_actors(case, device)
+    vec = VecEnv(info, graphed.num_envs, "sync")
+    frames, _ = vec.reset(seed=0)
+    vec.close()
+    with torch.inference_mode():
+        graphed.reset(frames)
+    return graphed
+
+
 def test_the_graphs_static_tensors_are_plain_tensors_whatever_the_callers_mode():
     # The capture runs outside inference mode: made inside it, the device generator's seed and
     # offset tensors (made at a process's first capture) would be inference tensors, and every
     # later capture (the update's CUDA graphs) would fail writing them (pytorch#166792). Here, the
     # static tensors it makes: plain, even when the Actor is reset inside inference mode, and
     # written by the steps act() takes inside it.
-    info, (_, graphed) = graph_and_plain_actors("lstm", torch.device("cpu"))
-    vec = VecEnv(info, graphed.num_envs, "sync")
-    frames, _ = vec.reset(seed=0)
-    vec.close()
-    with torch.inference_mode():
-        graphed.reset(frames)
+    graphed = graphed_actor_reset_in_inference_mode("lstm", torch.device("cpu"))
     graph = graphed.graph
     statics = lambda: (graph.first, *graph.state, *parts.parts_of(graph.obs))  # noqa: E731
     assert not any(tensor.is_inference() for tensor in statics())
@@ -185,12 +191,7 @@ def test_cuda_graphed_sampling_is_one_run_per_seed_and_reads_the_weights_in_plac
 def test_cuda_a_capture_after_actings_is_not_broken_by_inference_mode():
     # Acting's graph is the process's first capture (at the Actor's reset), the update's CUDA
     # graphs come after it, outside inference mode: they must still record (pytorch#166792).
-    info, (_, graphed) = graph_and_plain_actors("mlp", torch.device("cuda"))
-    vec = VecEnv(info, graphed.num_envs, "sync")
-    frames, _ = vec.reset(seed=0)
-    vec.close()
-    with torch.inference_mode():
-        graphed.reset(frames)
+    graphed = graphed_actor_reset_in_inference_mode("mlp", torch.device("cuda"))
     assert graphed.graph.captured
     x = torch.zeros(4, device="cuda")
     later = torch.cuda.CUDAGraph()
