@@ -118,6 +118,28 @@ def test_best_pt_holds_the_best_evaluation_and_its_mean_survives_a_resume(tmp_pa
     assert load_checkpoint(run_dir / "checkpoints" / "best.pt")["counters"]["timesteps"] == best_step
 
 
+def test_an_evaluation_due_when_a_stop_signal_comes_is_skipped(tmp_path):
+    # A stop (SIGINT, request_stop) that comes during the iteration after which an evaluation is
+    # due: the run saves and stops at once, without playing the evaluation's games first.
+    class StopDuringIteration(acer_sync.Callback):
+        def on_training_start(self, trainer):
+            iterate = trainer.iterate
+
+            def iterate_then_stop():
+                iterate()
+                if trainer.timesteps >= 40:
+                    trainer.request_stop("a test's stop")
+            trainer.iterate = iterate_then_stop
+
+    run_dir = tmp_path / "run"
+    settings = {**SMALL, "eval_every": 20, "eval_episodes": 2, "log_interval": 1}
+    outcome = api.run("CartPole-v1", run_dir=run_dir, total_timesteps=1_000, callbacks=[StopDuringIteration()], **settings)
+    assert outcome.stop is Stop.INTERRUPTED and outcome.timesteps == 40
+    evaluated = {int(row["total_timesteps"]): int(row["eval_episodes"]) for row in read_progress(run_dir)}
+    assert evaluated[20] == 2 and evaluated[40] == 0
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 40
+
+
 @pytest.mark.parametrize("evaluation", [False, True])
 def test_train_py_stop_at_reward_stops_with_a_checkpoint_and_exits_0(tmp_path, evaluation):
     run_dir = tmp_path / "run"

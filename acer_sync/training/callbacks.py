@@ -224,7 +224,9 @@ class EvalCallback(Callback):
         self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
-        if trainer.timesteps < self.next_eval:
+        # An evaluation due in the iteration a stop signal came in is skipped: it would hold the
+        # stop, and the checkpoint, for a whole evaluation (a minute of Pong's games on a GPU).
+        if trainer.timesteps < self.next_eval or trainer.stop_requested():
             return
         row.update(self.evaluate(trainer))
         self.next_eval += self.config.eval_every
