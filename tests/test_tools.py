@@ -284,23 +284,39 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
                    sys.executable, "--", "--compile", "off", "--eval-every", "2000", "--eval-episodes", "100"]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
+    # A call that ended before its first checkpoint (its first compile cut, a crash) left a run
+    # that cannot resume: the next call moves it aside, with its line carried on, and starts afresh.
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "progress.csv").write_text("total_timesteps,episodes\n")
+    failed = {"segment": "fresh", "exit_code": 137, "steps": 0, "reached": None, "eval_reached": None}
+    (run_dir / "segments.jsonl").write_text(json.dumps(failed) + "\n")
     first = piece(outs[0], 1000, 5)  # CartPole's most is 500: cut by time
     assert first.returncode == 0, first.stderr
+    assert "held no checkpoint to resume" in first.stdout
+    (aside,) = tmp_path.glob("run.failed-*")
+    assert (aside / "progress.csv").read_text() == "total_timesteps,episodes\n"
     # what comes back from a device call: at most 8 files, 2 folders down; the rest stays in the run
     assert {p.name for p in outs[0].iterdir()} == {"config.json", "progress.csv", "segments.jsonl", "checkpoints"}
     assert [p.name for p in (outs[0] / "checkpoints").iterdir()] == ["latest.pt"]
     assert (run_dir / "train.log").exists() and (run_dir / "tb").is_dir()
-    (cut,) = [json.loads(line) for line in (outs[0] / "segments.jsonl").read_text().splitlines()]
+    before, cut = [json.loads(line) for line in (outs[0] / "segments.jsonl").read_text().splitlines()]
+    assert before == failed
     assert cut["segment"] == "fresh" and cut["exit_code"] == 124 and cut["reached"] is None and cut["steps"] > 0
     second = piece(outs[1], 10, 60)
     assert second.returncode == 0, second.stderr
     segments = [json.loads(line) for line in (outs[1] / "segments.jsonl").read_text().splitlines()]
-    assert [line["segment"] for line in segments] == ["fresh", "resume"] and segments[1]["exit_code"] == 0
-    assert segments[1]["steps"] > cut["steps"] and segments[1]["mean_return_100"] >= 10  # resumed, then stopped
-    assert 0 < segments[1]["reached"]["steps"] <= segments[1]["steps"]  # the first row at 10 or more
-    assert cut["eval_reached"] is None and segments[1]["eval_reached"]["eval_mean"] >= 10  # 100 games a random CartPole
+    assert [line["segment"] for line in segments] == ["fresh", "fresh", "resume"] and segments[2]["exit_code"] == 0
+    assert segments[2]["steps"] > cut["steps"] and segments[2]["mean_return_100"] >= 10  # resumed, then stopped
+    assert 0 < segments[2]["reached"]["steps"] <= segments[2]["steps"]  # the first row at 10 or more
+    assert cut["eval_reached"] is None and segments[2]["eval_reached"]["eval_mean"] >= 10  # 100 games a random CartPole
     third = piece(outs[2], 10, 60)
     assert third.returncode == 0 and "reached its target already" in third.stdout and not outs[2].exists()
+    # with evaluation on, the run stops at an evaluation's mean: that too ends the series
+    run_dir = tmp_path / "evaluated"
+    run_dir.mkdir()
+    (run_dir / "segments.jsonl").write_text(json.dumps({**failed, "eval_reached": {"steps": 9, "eval_mean": 20.5}}) + "\n")
+    fourth = piece(outs[2], 10, 60)
+    assert fourth.returncode == 0 and "reached its target already" in fourth.stdout and not outs[2].exists()
 
 
 def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):

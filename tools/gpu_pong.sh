@@ -9,10 +9,17 @@
 # segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
 # far, the last 100-game mean, and where the mean first reached the target (steps, training time).
 # The stop uses the training episodes' 100-game mean (raw scores), so evaluation is off unless the
-# flags turn it on: with --eval-every N --eval-episodes 100 --eval-greedy the line also records where
-# an evaluation of 100 games first reached the target ("eval_reached"; its time is not training time).
-# The difference matters on Pong: the CPU's 5M cnn_lstm checkpoint scores 19.53 over 100 games
-# sampled, as its training games do, and 20.78 greedy (docs/performance.md).
+# flags turn it on: with --eval-every N --eval-episodes 100 --eval-greedy the run stops at the first
+# evaluation of 100 games at the target instead (--stop-at-reward's rule), and the line records
+# where ("eval_reached"; its time is not training time). The difference matters on Pong: the CPU's
+# 5M cnn_lstm checkpoint scores 19.53 over 100 games sampled, as its training games do, and 20.78
+# greedy (docs/performance.md). A call whose line has either "reached" or "eval_reached" ends the
+# series: the next call says so and trains nothing.
+#
+# A checkpoint every 100,000 steps (a flag after -- may change it), so that a call that dies loses
+# little; a call that ended before its first checkpoint (a crash at the start, the first compile
+# cut) leaves a run that cannot resume, and the next call moves it aside (RUN_DIR.failed-<time>,
+# its segments.jsonl carried on) and starts afresh.
 #
 #   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
 #       (the first call trains in runs/gpu_pong; the next call, in this session or a later one,
@@ -40,15 +47,22 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_pong.sh: error: unknown option $1 (see the header of tools/gpu_pong.sh)" >&2; exit 2 ;;
   esac
 done
-if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | grep -q '"reached": {'; then
+if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | grep -qE '"(eval_)?reached": \{'; then
   echo "gpu_pong: $RUN_DIR reached its target already: $(tail -n 1 "$RUN_DIR/segments.jsonl")"
   exit 0
+fi
+if [ ! -f "$RUN_DIR/checkpoints/latest.pt" ] && [ -n "$(ls -A "$RUN_DIR" 2>/dev/null)" ]; then
+  aside="$RUN_DIR.failed-$(date +%s)"
+  mv "$RUN_DIR" "$aside" || exit 2
+  mkdir -p "$RUN_DIR" || exit 2
+  [ -f "$aside/segments.jsonl" ] && cp "$aside/segments.jsonl" "$RUN_DIR/segments.jsonl"
+  echo "gpu_pong: $RUN_DIR held no checkpoint to resume (a call that ended before its first one): moved to $aside, starting afresh"
 fi
 # gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
 source tools/use_wheels.sh
 mkdir -p "$OUT_DIR" "$RUN_DIR" || exit 2
 
-common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0)
+common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0 --checkpoint-every 100000)
 if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
   kind=resume
   cmd=("$PY" train.py --resume "$RUN_DIR" "${common[@]}" "$@")
@@ -58,8 +72,8 @@ else
 fi
 echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most $SECONDS_FOR s: ${cmd[*]}"
 start=$(date +%s)
-# SIGINT at S seconds saves a checkpoint; a run still there 60 s later is killed.
-timeout -s INT -k 60 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$RUN_DIR/train.log"
+# SIGINT at S seconds saves a checkpoint; a run still there 90 s later (in its first compile, say) is killed.
+timeout -s INT -k 90 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$RUN_DIR/train.log"
 code=${PIPESTATUS[0]}
 wall=$(( $(date +%s) - start ))
 
