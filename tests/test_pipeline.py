@@ -114,13 +114,15 @@ def run_train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
 
 
-@pytest.mark.parametrize("fault, code, message", [
-    ("raise", 3, f"{FAULTY} raised RuntimeError in step: sensor cable unplugged"),
-    ("hang", 6, f"{FAULTY}'s step did not return within --env-timeout 1 s"),
+@pytest.mark.parametrize("fault, backend, code, message", [
+    ("raise", "sync", 3, f"{FAULTY} raised RuntimeError in step: sensor cable unplugged"),
+    ("hang", "sync", 6, f"{FAULTY}'s step did not return within --env-timeout 1 s"),
+    # worker processes: the hung one is terminated at the close, not waited on (it waited forever)
+    ("hang", "subproc", 6, f"{FAULTY}'s step did not return within --env-timeout 1 s"),
 ])
-def test_an_env_fault_in_the_collecting_thread_stops_as_in_serial_mode(tmp_path, fault, code, message):
+def test_an_env_fault_in_the_collecting_thread_stops_as_in_serial_mode(tmp_path, fault, backend, code, message):
     run_dir = tmp_path / "run"
-    result = run_train("--env", FAULTY, "--env-kwargs", f"fault={fault}", "at_step=130", "--vec-env", "sync",
+    result = run_train("--env", FAULTY, "--env-kwargs", f"fault={fault}", "at_step=130", "--vec-env", backend,
                        "--num-envs", "2", "--total-timesteps", "100000", "--eval-every", "0", "--env-timeout", "1",
                        "--pipeline", "overlap", "--run-dir", str(run_dir), timeout=60)
     assert result.returncode == code, result.stderr

@@ -117,7 +117,12 @@ class Trainer:
         self.collector.start()
         self.learn()
         with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
-            segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
+            try:
+                segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
+            except EnvTimedOut:
+                # the thread is still inside the env's step: closing must end the workers, not wait on them
+                self.env.broken = True
+                raise
         self.acting.exchange()
         self._store(segment)
 
