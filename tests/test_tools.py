@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -290,13 +291,20 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
     (run_dir / "progress.csv").write_text("total_timesteps,episodes\n")
     failed = {"segment": "fresh", "exit_code": 137, "steps": 0, "reached": None, "eval_reached": None}
     (run_dir / "segments.jsonl").write_text(json.dumps(failed) + "\n")
+    (tmp_path / "compile_cache" / "triton").mkdir(parents=True)  # torch.compile's caches, as an earlier call packed them
+    (tmp_path / "compile_cache" / "triton" / "kernel").write_text("cached")
+    with tarfile.open(run_dir / "compile_cache.tar.gz", "w:gz") as archive:
+        archive.add(tmp_path / "compile_cache", arcname="compile_cache")
     first = piece(outs[0], 1000, 5)  # CartPole's most is 500: cut by time
     assert first.returncode == 0, first.stderr
-    assert "held no checkpoint to resume" in first.stdout
+    assert "held no checkpoint to resume" in first.stdout and "restored torch.compile's caches" in first.stdout
     (aside,) = tmp_path.glob("run.failed-*")
     assert (aside / "progress.csv").read_text() == "total_timesteps,episodes\n"
     # what comes back from a device call: at most 8 files, 2 folders down; the rest stays in the run
-    assert {p.name for p in outs[0].iterdir()} == {"config.json", "progress.csv", "segments.jsonl", "checkpoints"}
+    assert {p.name for p in outs[0].iterdir()} == {"config.json", "progress.csv", "segments.jsonl", "checkpoints",
+                                                   "compile_cache.tar.gz"}
+    with tarfile.open(outs[0] / "compile_cache.tar.gz") as archive:  # the caches go on with the run
+        assert archive.extractfile("compile_cache/triton/kernel").read() == b"cached"
     assert [p.name for p in (outs[0] / "checkpoints").iterdir()] == ["latest.pt"]
     assert (run_dir / "train.log").exists() and (run_dir / "tb").is_dir()
     before, cut = [json.loads(line) for line in (outs[0] / "segments.jsonl").read_text().splitlines()]

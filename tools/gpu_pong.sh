@@ -2,8 +2,8 @@
 # Pong to a 100-game mean of 20 on the lent GPU (issue 35), in pieces that fit device calls: a
 # call runs train.py for at most S seconds (a fresh run, or a resume where RUN_DIR holds a
 # checkpoint), stops it with SIGINT (the run saves its checkpoint), and copies what a later call
-# needs to go on into OUT_DIR, small enough to carry back: four files (config.json, progress.csv,
-# segments.jsonl, checkpoints/latest.pt), since a device call brings back at most 8 files, none
+# needs to go on into OUT_DIR, small enough to carry back: five files (config.json, progress.csv,
+# segments.jsonl, checkpoints/latest.pt, compile_cache.tar.gz), since a device call brings back at most 8 files, none
 # more than 2 folders below $OUT (--out "$OUT/pong" puts latest.pt at that depth). The run itself
 # trains in RUN_DIR, with its TensorBoard files and train.log. Each call appends one JSON line to
 # segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
@@ -20,6 +20,11 @@
 # little; a call that ended before its first checkpoint (a crash at the start, the first compile
 # cut) leaves a run that cannot resume, and the next call moves it aside (RUN_DIR.failed-<time>,
 # its segments.jsonl carried on) and starts afresh.
+#
+# torch.compile's caches (Inductor's and Triton's, TORCHINDUCTOR_CACHE_DIR=RUN_DIR/compile_cache)
+# travel with the run as a fifth file, compile_cache.tar.gz: every lent machine starts cold, and
+# the cnn_lstm update's compile from a cold cache takes minutes (163-183 s on the 2-core CPU,
+# about 4 s warm for the cnn); a call restores the archive where RUN_DIR has no cache yet.
 #
 #   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
 #       (the first call trains in runs/gpu_pong; the next call, in this session or a later one,
@@ -55,12 +60,19 @@ if [ ! -f "$RUN_DIR/checkpoints/latest.pt" ] && [ -n "$(ls -A "$RUN_DIR" 2>/dev/
   aside="$RUN_DIR.failed-$(date +%s)"
   mv "$RUN_DIR" "$aside" || exit 2
   mkdir -p "$RUN_DIR" || exit 2
-  [ -f "$aside/segments.jsonl" ] && cp "$aside/segments.jsonl" "$RUN_DIR/segments.jsonl"
+  for name in segments.jsonl compile_cache.tar.gz; do
+    [ -f "$aside/$name" ] && cp "$aside/$name" "$RUN_DIR/$name"
+  done
   echo "gpu_pong: $RUN_DIR held no checkpoint to resume (a call that ended before its first one): moved to $aside, starting afresh"
 fi
 # gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
 source tools/use_wheels.sh
 mkdir -p "$OUT_DIR" "$RUN_DIR" || exit 2
+export TORCHINDUCTOR_CACHE_DIR
+TORCHINDUCTOR_CACHE_DIR="$(realpath -m "$RUN_DIR")/compile_cache"
+if [ ! -d "$TORCHINDUCTOR_CACHE_DIR" ] && [ -f "$RUN_DIR/compile_cache.tar.gz" ]; then
+  tar xzf "$RUN_DIR/compile_cache.tar.gz" -C "$RUN_DIR" && echo "gpu_pong: restored torch.compile's caches from $RUN_DIR/compile_cache.tar.gz"
+fi
 
 common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0 --checkpoint-every 100000)
 if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
@@ -115,5 +127,8 @@ if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
   for name in config.json progress.csv segments.jsonl checkpoints/latest.pt; do
     [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/$name"
   done
+fi
+if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
+  tar czf "$OUT_DIR/compile_cache.tar.gz.part" -C "$RUN_DIR" compile_cache && mv "$OUT_DIR/compile_cache.tar.gz.part" "$OUT_DIR/compile_cache.tar.gz"
 fi
 du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'
