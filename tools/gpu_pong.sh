@@ -23,8 +23,9 @@
 #
 # torch.compile's caches (Inductor's and Triton's, TORCHINDUCTOR_CACHE_DIR=RUN_DIR/compile_cache)
 # travel with the run as a fifth file, compile_cache.tar.gz: every lent machine starts cold, and
-# the cnn_lstm update's compile from a cold cache takes minutes (163-183 s on the 2-core CPU,
-# about 4 s warm for the cnn); a call restores the archive where RUN_DIR has no cache yet.
+# the cnn_lstm update's compile from a cold cache takes minutes (an 8 s bench of it took 183 s on
+# the 2-core CPU cold, 40 s with the cache moved to another path); a call restores the archive
+# where RUN_DIR has no cache yet.
 #
 #   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
 #       (the first call trains in runs/gpu_pong; the next call, in this session or a later one,
