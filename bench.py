@@ -14,8 +14,8 @@ a quarter:
   Poisson(``replay_ratio``) off-policy ACER updates (``learner_updates_per_iteration``: how many it
   drew per iteration, 1 + ``replay_ratio`` on average). The segments it puts are random, made
   before the clock starts. ``learner_update_steps_per_sec``: the same iterations' put and
-  ``learn()`` alone, without the acting (what ``--pipeline overlap``'s learner does while the
-  collecting thread acts); ``learner_acting_fraction``: acting's share of the iteration.
+  ``learn()`` alone, without the acting (the learner's own work; under ``--pipeline overlap`` the
+  acting is the collecting thread's); ``learner_acting_fraction``: acting's share of the iteration.
 * ``raw_learner_steps_per_sec``: the same network passes at the same batch sizes in plain
   PyTorch on random uint8 frames already on the device, with no ACER logic (no Retrace, bias
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
@@ -80,8 +80,8 @@ from atari.stacking import FrameStacker
 #: Steps per env in the benchmark's replay buffer (the default-size buffer's memory is computed).
 BENCH_BUFFER_STEPS = 2_000
 #: Random segments the learner's measurement cycles through, made before its clock starts: making
-#: one (its frames drawn by numpy) takes about 4 ms at 16 envs on a CPU core, a tenth of a learning
-#: iteration on an H200, and training spends no such time.
+#: one (its frames drawn by numpy) took 2.8 ms at 16 envs and 11.7 ms at 64 on the project's CPU,
+#: about 9% and 21% of a learning iteration in the H200's graph rows, time training never spends.
 LEARNER_SEGMENTS = 4
 PHASES = ("env", "observe", "acting", "collect_wait", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update")
 #: The collecting thread's phases (``--pipeline overlap``).

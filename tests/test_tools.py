@@ -325,6 +325,14 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
     (run_dir / "segments.jsonl").write_text(json.dumps({**failed, "eval_reached": {"steps": 9, "eval_mean": 20.5}}) + "\n")
     fourth = piece(outs[2], 10, 60)
     assert fourth.returncode == 0 and "reached its target already" in fourth.stdout and not outs[2].exists()
+    # past the first checkpoint's step without latest.pt: lost on the way, not a failed start; nothing moved
+    run_dir = tmp_path / "uncarried"
+    run_dir.mkdir()
+    (run_dir / "progress.csv").write_text("total_timesteps,episodes\n200000,300\n")
+    fifth = piece(outs[2], 10, 60)
+    assert fifth.returncode == 2 and fifth.stderr.strip() == (
+        f"gpu_pong.sh: error: {run_dir} trained to step 200000 but holds no checkpoints/latest.pt (was it carried?); nothing moved")
+    assert (run_dir / "progress.csv").exists() and not list(tmp_path.glob("uncarried.failed-*"))
 
 
 def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):

@@ -16,10 +16,12 @@
 # greedy (docs/performance.md). A call whose line has either "reached" or "eval_reached" ends the
 # series: the next call says so and trains nothing.
 #
-# A checkpoint every 100,000 steps (a flag after -- may change it), so that a call that dies loses
-# little; a call that ended before its first checkpoint (a crash at the start, the first compile
-# cut) leaves a run that cannot resume, and the next call moves it aside (RUN_DIR.failed-<time>,
-# its segments.jsonl carried on) and starts afresh.
+# A fresh run checkpoints every 100,000 steps (a flag after -- may change it; a resume keeps the
+# run's own), so that a call that dies loses little; a call that ended before its first checkpoint
+# (a crash at the start, the first compile cut) leaves a run that cannot resume, and the next call
+# moves it aside (RUN_DIR.failed-<time>, its segments.jsonl carried on) and starts afresh. A run
+# that got past 100,000 steps but has no checkpoints/latest.pt lost it on the way (a carry without
+# it): that is an error, and nothing is moved.
 #
 # torch.compile's caches (Inductor's and Triton's, TORCHINDUCTOR_CACHE_DIR=RUN_DIR/compile_cache)
 # travel with the run as a fifth file, compile_cache.tar.gz: every lent machine starts cold, and
@@ -53,11 +55,17 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_pong.sh: error: unknown option $1 (see the header of tools/gpu_pong.sh)" >&2; exit 2 ;;
   esac
 done
+RUN_DIR=${RUN_DIR%/} OUT_DIR=${OUT_DIR%/}
 if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | grep -qE '"(eval_)?reached": \{'; then
   echo "gpu_pong: $RUN_DIR reached its target already: $(tail -n 1 "$RUN_DIR/segments.jsonl")"
   exit 0
 fi
 if [ ! -f "$RUN_DIR/checkpoints/latest.pt" ] && [ -n "$(ls -A "$RUN_DIR" 2>/dev/null)" ]; then
+  trained=$(tail -n 1 "$RUN_DIR/progress.csv" 2>/dev/null | cut -d, -f1)
+  if [ "${trained:-0}" -eq "${trained:-0}" ] 2>/dev/null && [ "${trained:-0}" -ge 100000 ]; then
+    echo "gpu_pong.sh: error: $RUN_DIR trained to step $trained but holds no checkpoints/latest.pt (was it carried?); nothing moved" >&2
+    exit 2
+  fi
   aside="$RUN_DIR.failed-$(date +%s)"
   mv "$RUN_DIR" "$aside" || exit 2
   mkdir -p "$RUN_DIR" || exit 2
@@ -75,13 +83,14 @@ if [ ! -d "$TORCHINDUCTOR_CACHE_DIR" ] && [ -f "$RUN_DIR/compile_cache.tar.gz" ]
   tar xzf "$RUN_DIR/compile_cache.tar.gz" -C "$RUN_DIR" && echo "gpu_pong: restored torch.compile's caches from $RUN_DIR/compile_cache.tar.gz"
 fi
 
-common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0 --checkpoint-every 100000)
+common=(--device "$DEVICE" --stop-at-reward "$REWARD" --no-progress --log-seconds 10 --keep-checkpoints 0)
 if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
   kind=resume
   cmd=("$PY" train.py --resume "$RUN_DIR" "${common[@]}" "$@")
 else
   kind=fresh
-  cmd=("$PY" train.py --env "$ENV_ID" --run-dir "$RUN_DIR" --eval-every 0 --total-timesteps 1000000000 "${common[@]}" "$@")
+  cmd=("$PY" train.py --env "$ENV_ID" --run-dir "$RUN_DIR" --eval-every 0 --total-timesteps 1000000000 \
+       --checkpoint-every 100000 "${common[@]}" "$@")
 fi
 echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most $SECONDS_FOR s: ${cmd[*]}"
 start=$(date +%s)
@@ -107,15 +116,17 @@ path = Path(run) / "progress.csv"
 rows = list(csv.DictReader(path.open())) if path.exists() else []
 # the first row whose mean is over the last 100 games (as --stop-at-reward's) and at the target
 reached = next((row for row in rows if int(row["episodes"]) >= 100 and float(row["mean_episode_reward"]) >= float(reward)), None)
-# the first evaluation of 100 games or more at the target (a row without one has eval_mean nan)
-evaluated = next((row for row in rows if int(row["eval_episodes"]) >= 100 and float(row["eval_mean"]) >= float(reward)), None)
+# the first evaluation at the target (a row without one has 0 games and eval_mean nan): the one that
+# stopped the run (--stop-at-reward follows the evaluation's mean where the run evaluates)
+evaluated = next((row for row in rows if int(row["eval_episodes"]) > 0 and float(row["eval_mean"]) >= float(reward)), None)
 last = rows[-1] if rows else {}
 line = {
     "segment": kind, "exit_code": int(code), "segment_wall_s": round(float(wall), 1), "flags": flags,
     "steps": int(last.get("total_timesteps", 0)), "training_s": float(last.get("time_elapsed", 0)),
     "mean_return_100": number(last.get("mean_episode_reward")),
     "reached": {"steps": int(reached["total_timesteps"]), "training_s": float(reached["time_elapsed"])} if reached else None,
-    "eval_reached": {"steps": int(evaluated["total_timesteps"]), "eval_mean": float(evaluated["eval_mean"])} if evaluated else None,
+    "eval_reached": {"steps": int(evaluated["total_timesteps"]), "eval_mean": float(evaluated["eval_mean"]),
+                     "games": int(evaluated["eval_episodes"])} if evaluated else None,
 }
 segments = Path(run) / "segments.jsonl"  # it travels with the run
 with segments.open("a") as handle:
@@ -130,6 +141,7 @@ if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
   done
 fi
 if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
-  tar czf "$OUT_DIR/compile_cache.tar.gz.part" -C "$RUN_DIR" compile_cache && mv "$OUT_DIR/compile_cache.tar.gz.part" "$OUT_DIR/compile_cache.tar.gz"
+  tar czf "$OUT_DIR/compile_cache.tar.gz.part" -C "$RUN_DIR" compile_cache && mv "$OUT_DIR/compile_cache.tar.gz.part" "$OUT_DIR/compile_cache.tar.gz" \
+    || rm -f "$OUT_DIR/compile_cache.tar.gz.part"
 fi
 du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'

@@ -114,11 +114,11 @@ class ActingGraph:
     def _record(self) -> None:
         """The capture; a failure is a :class:`UserError` naming the step's own error (ending a
         capture that the step invalidated raises an error of its own in place of the step's)."""
-        graph = torch.cuda.CUDAGraph()
-        if self.generator is not None:
-            graph.register_generator_state(self.generator)
         step_error: Exception | None = None
         try:
+            graph = torch.cuda.CUDAGraph()
+            if self.generator is not None:
+                graph.register_generator_state(self.generator)
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 try:
                     self.packed = self._run_step()
