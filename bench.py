@@ -149,6 +149,12 @@ def machine(device: torch.device) -> dict:
     }
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA; elsewhere nothing is queued)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
     """Call ``step()`` ``warmup`` times, then until ``seconds`` pass; returns (calls, seconds)."""
     for _ in range(warmup):
@@ -192,8 +198,7 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
         else:
             fill_random(rng, stacked)
 
-    if trainer.device.type == "cuda":  # the collecting stream's last stack update lands before these writes
-        torch.cuda.synchronize(trainer.device)
+    synchronize(trainer.device)  # the collecting stream's last stack update lands before these writes
     parts.map_parts(randomize, actor.observation)
     segments = [synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps) for _ in range(LEARNER_SEGMENTS)]
     learning = {"seconds": 0.0, "calls": 0}
@@ -204,8 +209,7 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
         start = time.perf_counter()
         trainer.buffer.put(segments[learning["calls"] % len(segments)])
         trainer.learn()
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize(trainer.device)
+        synchronize(trainer.device)
         learning["seconds"] += time.perf_counter() - start
         learning["calls"] += 1
 
@@ -241,10 +245,6 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
 
     updating = {"seconds": 0.0}
 
-    def synchronize():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
     def iteration():
         with torch.inference_mode():
             acting_state = state
@@ -252,7 +252,7 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
                 with autocast(device, bf16):
                     features, acting_state = model.step(acting_obs, acting_state, firsts[0])
                     model.policy_of(features)
-        synchronize()
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(updates):
             with autocast(device, bf16):
@@ -263,7 +263,7 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-        synchronize()
+        synchronize(device)
         updating["seconds"] += time.perf_counter() - start
 
     for _ in range(2):  # warm-up, as timed_loop's
@@ -338,8 +338,7 @@ def bench_end_to_end(
         start_steps, start = trainer.timesteps, time.perf_counter()
         while trainer.timesteps == start_steps or time.perf_counter() - start < seconds / 2:
             iteration()
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(trainer.device)
         elapsed = time.perf_counter() - start
         for timer in timers:
             timer.enabled = False

@@ -41,6 +41,7 @@
 set -u
 cd "$(dirname "$0")/.."
 ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=480 RUN_DIR=runs/gpu_pong OUT_DIR=runs/gpu_pong
+CHECKPOINT_EVERY=100000  # a fresh run's --checkpoint-every
 PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -62,7 +63,8 @@ if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | gre
 fi
 if [ ! -f "$RUN_DIR/checkpoints/latest.pt" ] && [ -n "$(ls -A "$RUN_DIR" 2>/dev/null)" ]; then
   trained=$(tail -n 1 "$RUN_DIR/progress.csv" 2>/dev/null | cut -d, -f1)
-  if [ "${trained:-0}" -eq "${trained:-0}" ] 2>/dev/null && [ "${trained:-0}" -ge 100000 ]; then
+  case $trained in ''|*[!0-9]*) trained=0 ;; esac  # no progress.csv, or its header alone
+  if [ "$trained" -ge "$CHECKPOINT_EVERY" ]; then
     echo "gpu_pong.sh: error: $RUN_DIR trained to step $trained but holds no checkpoints/latest.pt (was it carried?); nothing moved" >&2
     exit 2
   fi
@@ -90,7 +92,7 @@ if [ -f "$RUN_DIR/checkpoints/latest.pt" ]; then
 else
   kind=fresh
   cmd=("$PY" train.py --env "$ENV_ID" --run-dir "$RUN_DIR" --eval-every 0 --total-timesteps 1000000000 \
-       --checkpoint-every 100000 "${common[@]}" "$@")
+       --checkpoint-every "$CHECKPOINT_EVERY" "${common[@]}" "$@")
 fi
 echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most $SECONDS_FOR s: ${cmd[*]}"
 start=$(date +%s)

@@ -157,9 +157,7 @@ class ActingGraph:
 
     def __call__(self, obs, first: torch.Tensor, state: tuple) -> tuple[torch.Tensor, tuple]:
         """One step (the Actor's ``act`` calls it in inference mode)."""
-        self._copy_in(obs, first, state)
-        if self._capture_pending:
-            self._capture()
+        self.prepare(obs, first, state)
         if self.graph is not None:
             self.graph.replay()
             return self.packed, self.state
