@@ -15,7 +15,7 @@ import time
 import pytest
 
 from acer_sync.base.config import build_config
-from acer_sync.base.errors import EXIT_CODES
+from acer_sync.base.errors import EXIT_CODES, REPEAT_SECONDS
 from acer_sync.base.outcome import Stop
 from acer_sync.training.callbacks import CheckpointCallback, EvalCallback
 from acer_sync.training.checkpoint import load_checkpoint
@@ -128,6 +128,7 @@ def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exit
     def first_sigint_after_an_iteration():
         learn()
         os.kill(os.getpid(), signal.SIGINT)
+        trainer.stop.signal_time -= REPEAT_SECONDS  # the next comes a second later: a second Ctrl-C
 
     def save_interrupted_by_a_second_sigint(trainer, periodic):
         try:

@@ -96,7 +96,8 @@ else
 fi
 echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most $SECONDS_FOR s: ${cmd[*]}"
 start=$(date +%s)
-# SIGINT at S seconds saves a checkpoint; a run still there 90 s later (in its first compile, say) is killed.
+# SIGINT at S seconds saves a checkpoint (timeout sends it to train.py and again to its process group:
+# train.py takes the copy for the same stop); a run still there 90 s later (in its first compile, say) is killed.
 timeout -s INT -k 90 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$RUN_DIR/train.log"
 code=${PIPESTATUS[0]}
 wall=$(( $(date +%s) - start ))

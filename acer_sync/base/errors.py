@@ -13,14 +13,15 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable
 
 from acer_sync.base.outcome import Outcome, Stop
 from atari.errors import EnvFailed, EnvTimedOut, UserError
 
 __all__ = [
-    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "STOP_SIGNALLED", "UserError", "WriteFailed",
-    "exit_code", "print_error", "run_cli",
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "UserError",
+    "WriteFailed", "exit_code", "print_error", "repeats_the_stop", "run_cli", "signal_stop",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
@@ -37,6 +38,30 @@ EXIT_INTERRUPTED = 130
 #: at once: what is left is clean-up, where a KeyboardInterrupt would land in a finalizer and print
 #: a traceback.
 STOP_SIGNALLED = threading.Event()
+
+#: A stop signal that comes again within this many seconds is the same stop delivered twice, not a
+#: second one: GNU ``timeout`` sends its signal to the command and then to the command's process
+#: group, so the command gets it twice, and Python may run the handler for each
+#: (``timeout -s INT 1 python ...`` ran it twice, 21-29 µs apart, in 2 tries of 20). Taken for a
+#: second Ctrl-C, the copy exited at once without the checkpoint.
+REPEAT_SECONDS = 1.0
+_first_stop: tuple[int, float] | None = None  # the first stop signal's number and time.monotonic()
+
+
+def signal_stop(signum: int) -> None:
+    """Record a stop signal that came now: :data:`STOP_SIGNALLED`, and which it was and when, for
+    :func:`repeats_the_stop`."""
+    global _first_stop
+    if _first_stop is None or time.monotonic() - _first_stop[1] >= REPEAT_SECONDS:
+        _first_stop = (signum, time.monotonic())
+    STOP_SIGNALLED.set()
+
+
+def repeats_the_stop(signum: int) -> bool:
+    """Whether signal ``signum`` coming now is the process's first stop signal delivered again: the
+    same signal within :data:`REPEAT_SECONDS`."""
+    return _first_stop is not None and _first_stop[0] == signum and time.monotonic() - _first_stop[1] < REPEAT_SECONDS
+
 
 #: The exit code of a script whose run ended so.
 EXIT_CODES: dict[Stop, int] = {
@@ -122,10 +147,13 @@ def _interrupt(signum, frame) -> None:
     exits 130 there and then: the checkpoint is saved, and what is left is teardown (finalizers
     closing env pipes, atexit), where a KeyboardInterrupt would print a traceback from inside a
     finalizer instead of stopping anything. In Python's last step, after atexit, the handler is
-    SIG_DFL again, and a Ctrl-C there ends the process by SIGINT (which shells show as 130 too)."""
+    SIG_DFL again, and a Ctrl-C there ends the process by SIGINT (which shells show as 130 too).
+    The stop's own SIGINT delivered twice (:data:`REPEAT_SECONDS`) is neither."""
+    if repeats_the_stop(signum):
+        return
     if STOP_SIGNALLED.is_set():
         _exit_at_once()
-    STOP_SIGNALLED.set()
+    signal_stop(signum)
     raise KeyboardInterrupt
 
 

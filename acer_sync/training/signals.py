@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 
-from acer_sync.base.errors import STOP_SIGNALLED
+from acer_sync.base.errors import REPEAT_SECONDS, signal_stop
 from atari.envs import end_env_calls_within
 
 #: Seconds an env step or reset that is running when a stop signal comes may still take: a hung
@@ -15,7 +15,8 @@ STOP_GRACE_SECONDS = 10.0
 
 
 class GracefulStop:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second one stops at once.
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second one stops at once
+    (the first one delivered again, within :data:`~acer_sync.base.errors.REPEAT_SECONDS`, is no second).
 
     The loop sees the flag after its iteration. An env step that is running when the first
     signal comes gets :data:`STOP_GRACE_SECONDS` to return; past them it raises
@@ -56,13 +57,15 @@ class GracefulStop:
 
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
+        if self.signal_name == name and time.monotonic() - self.signal_time < REPEAT_SECONDS:
+            return  # the first signal delivered twice (GNU timeout sends it to the process and to its group)
         if self.signal_name is not None:
             # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
             # zip writer raises a RuntimeError from its __exit__), so remember that it came.
             self.second_signal = name
             raise KeyboardInterrupt
         self.signal_name, self.signal_time = name, time.monotonic()
-        STOP_SIGNALLED.set()  # from here on, the scripts' own handler exits at once (after train() returns, too)
+        signal_stop(signum)  # from here on, the scripts' own handler exits at once (after train() returns, too)
         end_env_calls_within(STOP_GRACE_SECONDS, f"had not returned {STOP_GRACE_SECONDS:g} s after {name}")
 
     def __exit__(self, *exc):
