@@ -193,6 +193,42 @@ def test_ctrl_c_saves_a_checkpoint_of_each_running_trial(tmp_path):
         assert saved_step % (4 * 20) == 0
 
 
+def test_a_ctrl_c_delivered_twice_asks_the_trials_to_save_once_before_tune_stops_them(monkeypatch):
+    # GNU timeout sends its SIGINT to sweep.py and again to its process group. Taken for a second
+    # Ctrl-C, the copy ran Tune's handler at once, which stops trials that may not have saved.
+    import threading
+    import time
+
+    from acer_sync.sweeps import launch
+
+    tune_calls, saved, started, sent = [], threading.Event(), threading.Event(), threading.Event()
+
+    def trials_save_then_resend(wait_seconds, resent):  # request_stop, with Ray's part held until `saved`
+        started.set()
+        saved.wait(10)
+        resent.set()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        sent.set()
+
+    monkeypatch.setattr(launch, "request_stop", trials_save_then_resend)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: tune_calls.append(signum))  # Tune's handler
+    try:
+        launch.StopTrialsOnInterrupt(wait_seconds=30).on_step_begin(0, [])
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # the copy: each os.kill runs the handler before the next line
+        assert started.wait(10) and tune_calls == []
+        saved.set()
+        deadline = time.monotonic() + 10
+        while not tune_calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tune_calls == [signal.SIGINT]  # once the trials have saved
+    finally:
+        saved.set()
+        sent.wait(10)
+        time.sleep(0.05)  # the resent SIGINT reaches the test's handler, not pytest's
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from acer_sync.api.run_metadata import git_commit
 from acer_sync.base.config import setting_defaults
-from acer_sync.base.errors import UserError
+from acer_sync.base.errors import REPEAT_SECONDS, UserError
 from acer_sync.sweeps.spec import Sweep, sweep_record
 from acer_sync.sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
 
@@ -291,10 +291,10 @@ class TrialLines(tune.Callback):
 STOP_WAIT_SECONDS = 30.0
 
 
-def request_stop(wait_seconds: float) -> None:
+def request_stop(wait_seconds: float, resent: threading.Event) -> None:
     """Set the sweep's stop request, wait until every training trial has saved (at most
-    ``wait_seconds``), then send SIGINT again to the main thread, where Tune's handler then runs.
-    From a thread: Ray calls do not belong in a signal handler."""
+    ``wait_seconds``), then send SIGINT again to the main thread (``resent`` says so first), where
+    Tune's handler then runs. From a thread: Ray calls do not belong in a signal handler."""
     try:
         if ray.is_initialized():
             stop_request = ray.get_actor(STOP_REQUEST)
@@ -304,6 +304,7 @@ def request_stop(wait_seconds: float) -> None:
                 time.sleep(0.2)
     except (ray.exceptions.RayError, ValueError, TimeoutError):
         pass  # Ray is going: the trials' processes go with it, and their last checkpoints stay
+    resent.set()
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 
@@ -315,6 +316,8 @@ class StopTrialsOnInterrupt(tune.Callback):
     once the loop runs): the first SIGINT only sets the trials' stop request, and Tune's handler
     runs on the SIGINT that :func:`request_stop` sends once the trials have saved (or
     ``wait_seconds`` passed), or on a second Ctrl-C. (Tune stopping a trial that had not yet heard of the request would end it unsaved.)
+    The first SIGINT delivered twice (GNU ``timeout``: :data:`~acer_sync.base.errors.REPEAT_SECONDS`)
+    is no second Ctrl-C.
     """
 
     def __init__(self, wait_seconds: float):
@@ -326,14 +329,14 @@ class StopTrialsOnInterrupt(tune.Callback):
         tune_handler = signal.getsignal(signal.SIGINT)
         if getattr(tune_handler, "stops_trials", False) or not callable(tune_handler):
             return
-        asked = []
+        asked, resent = [], threading.Event()
 
         def stop_trials_then_tune(signum, frame):
-            if asked:
+            if not asked:
+                asked.append(time.monotonic())
+                threading.Thread(target=request_stop, args=(self.wait_seconds, resent), daemon=True).start()
+            elif resent.is_set() or time.monotonic() - asked[0] >= REPEAT_SECONDS:
                 tune_handler(signum, frame)
-                return
-            asked.append(True)
-            threading.Thread(target=request_stop, args=(self.wait_seconds,), daemon=True).start()
 
         stop_trials_then_tune.stops_trials = True
         signal.signal(signal.SIGINT, stop_trials_then_tune)
