@@ -29,10 +29,11 @@ def usage(prog: str) -> str:
 
 def run_command(command: str, argv: list[str], prog: str) -> None:
     """Run one command's ``main`` under :func:`run_cli` (exits with its code), with OpenMP's
-    threads sleeping between operators unless the user chose otherwise (:mod:`acer_sync.base.openmp`)."""
+    threads sleeping between operators unless the user chose otherwise (:mod:`acer_sync.base.openmp`).
+    The command's module is imported under run_cli too: a Ctrl-C in its imports (torch's take a
+    second or two) is one line, not a traceback."""
     default_wait_policy()
-    module = importlib.import_module(f"acer_sync.cli.{command}")
-    run_cli(lambda: module.main(argv, prog), prog)
+    run_cli(lambda: importlib.import_module(f"acer_sync.cli.{command}").main(argv, prog), prog)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

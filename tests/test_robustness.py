@@ -237,6 +237,26 @@ def test_the_first_signal_delivered_twice_is_one_stop_and_a_later_one_a_second()
     assert stop.second_signal == "SIGINT"
 
 
+def test_a_ctrl_c_while_the_script_imports_torch_is_one_line(tmp_path):
+    # The scripts' handler is in place before their heavy imports: a SIGINT in them (here, as the
+    # command's module starts to load) printed a KeyboardInterrupt traceback.
+    script = tmp_path / "early.py"
+    script.write_text(
+        "import importlib, os, signal, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from acer_sync import __main__ as entry\n"
+        "load = importlib.import_module\n"
+        "def interrupted(name, *args):\n"
+        "    if name.startswith('acer_sync.cli.'):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return load(name, *args)\n"
+        "importlib.import_module = interrupted\n"
+        "entry.run_command('train', ['--env', 'CartPole-v1'], 'train.py')\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (130, "train.py: interrupted\n")
+
+
 def test_a_ctrl_c_delivered_twice_outside_a_run_unwinds_once(tmp_path):
     # run_cli's handler: the copy of a first Ctrl-C (its KeyboardInterrupt is unwinding main) is not
     # the second Ctrl-C that exits at once, skipping main's clean-up.
