@@ -35,8 +35,8 @@ EXIT_INTERRUPTED = 130
 #: Set by the first SIGINT or SIGTERM that asks this process to stop: the Trainer's (it saves a
 #: checkpoint and returns) or one that reached :func:`run_cli`'s handler (a KeyboardInterrupt in
 #: whatever else ``main`` was doing). From then on, a Ctrl-C that reaches run_cli's handler exits 130
-#: at once: what is left is clean-up, where a KeyboardInterrupt would land in a finalizer and print
-#: a traceback.
+#: at once (unless it is the first one delivered again, :data:`REPEAT_SECONDS`): what is left is
+#: clean-up, where a KeyboardInterrupt would land in a finalizer and print a traceback.
 STOP_SIGNALLED = threading.Event()
 
 #: A stop signal that comes again within this many seconds is the same stop delivered twice, not a

@@ -33,7 +33,7 @@ def parse_args(argv: list[str], prog: str = "sweep.py"):
                         "every node mounts at the same path, such as an NFS mount")
     parser.add_argument("--stop-wait", type=float, default=None, metavar="SECONDS",
                         help="how long the first Ctrl-C waits for the running trials to save a checkpoint before "
-                        "Tune stops them (default: 30); a second Ctrl-C stops them at once")
+                        "Tune stops them (default: 30); a second Ctrl-C, a second or more after the first, stops them at once")
     return parser.parse_args(argv)
 
 

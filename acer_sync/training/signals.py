@@ -16,7 +16,7 @@ STOP_GRACE_SECONDS = 10.0
 
 class GracefulStop:
     """Turns the first SIGINT/SIGTERM into a flag the loop checks; a second one stops at once
-    (the first one delivered again, within :data:`~acer_sync.base.errors.REPEAT_SECONDS`, is no second).
+    (a signal delivered again, within :data:`~acer_sync.base.errors.REPEAT_SECONDS`, counts once).
 
     The loop sees the flag after its iteration. An env step that is running when the first
     signal comes gets :data:`STOP_GRACE_SECONDS` to return; past them it raises
@@ -32,6 +32,9 @@ class GracefulStop:
         self.signal_time: float | None = None
         #: The name of a second signal, which raises KeyboardInterrupt wherever the run was.
         self.second_signal: str | None = None
+        #: The last signal taken: its name and ``time.monotonic()``. The same one again within
+        #: REPEAT_SECONDS is that signal delivered twice, and changes nothing.
+        self.last_signal: tuple[str, float] | None = None
         self._previous = {}
 
     def __enter__(self):
@@ -56,15 +59,16 @@ class GracefulStop:
         return self.second_signal is not None
 
     def _handle(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.signal_name == name and time.monotonic() - self.signal_time < REPEAT_SECONDS:
-            return  # the first signal delivered twice (GNU timeout sends it to the process and to its group)
+        name, now = signal.Signals(signum).name, time.monotonic()
+        if self.last_signal is not None and self.last_signal[0] == name and now - self.last_signal[1] < REPEAT_SECONDS:
+            return  # the signal before delivered twice (GNU timeout sends it to the process and to its group)
+        self.last_signal = (name, now)
         if self.signal_name is not None:
             # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
             # zip writer raises a RuntimeError from its __exit__), so remember that it came.
             self.second_signal = name
             raise KeyboardInterrupt
-        self.signal_name, self.signal_time = name, time.monotonic()
+        self.signal_name, self.signal_time = name, now
         signal_stop(signum)  # from here on, the scripts' own handler exits at once (after train() returns, too)
         end_env_calls_within(STOP_GRACE_SECONDS, f"had not returned {STOP_GRACE_SECONDS:g} s after {name}")
 
