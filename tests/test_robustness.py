@@ -231,7 +231,7 @@ def test_the_first_signal_delivered_twice_is_one_stop_and_a_later_one_a_second()
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.signal_name == "SIGINT" and not stop.interrupted_twice
-        stop.last_signal = ("SIGINT", stop.signal_time - REPEAT_SECONDS)  # a second later: a second Ctrl-C
+        stop.last_signal = (signal.SIGINT, stop.signal_time - REPEAT_SECONDS)  # a second later: a second Ctrl-C
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)  # which, delivered twice, is one KeyboardInterrupt
@@ -310,11 +310,11 @@ def sigint_handler_kept():
     """Give back this process's SIGINT handler, and the stop flag and the stop's time, that run_cli changes."""
     from acer_sync.base import errors
 
-    handler, was_set, first_stop = signal.getsignal(signal.SIGINT), errors.STOP_SIGNALLED.is_set(), errors._first_stop
-    errors._first_stop = None  # a stop signal of an earlier test less than a second ago is no concern of this one
+    handler, was_set, last_stop = signal.getsignal(signal.SIGINT), errors.STOP_SIGNALLED.is_set(), errors._last_stop
+    errors._last_stop = None  # a stop signal of an earlier test less than a second ago is no concern of this one
     yield
     signal.signal(signal.SIGINT, handler)
-    errors._first_stop = first_stop
+    errors._last_stop = last_stop
     if not was_set:
         errors.STOP_SIGNALLED.clear()
 

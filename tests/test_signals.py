@@ -128,7 +128,7 @@ def test_a_second_sigint_that_the_final_save_turns_into_another_error_still_exit
     def first_sigint_after_an_iteration():
         learn()
         os.kill(os.getpid(), signal.SIGINT)
-        trainer.stop.last_signal = ("SIGINT", trainer.stop.signal_time - REPEAT_SECONDS)  # the next: a second later
+        trainer.stop.last_signal = (signal.SIGINT, trainer.stop.signal_time - REPEAT_SECONDS)  # the next: a second later
 
     def save_interrupted_by_a_second_sigint(trainer, periodic):
         try:

@@ -21,7 +21,7 @@ from atari.errors import EnvFailed, EnvTimedOut, UserError
 
 __all__ = [
     "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "UserError",
-    "WriteFailed", "exit_code", "print_error", "repeats_the_stop", "run_cli", "signal_stop",
+    "WriteFailed", "delivered_again", "exit_code", "print_error", "run_cli", "signal_stop",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
@@ -45,22 +45,21 @@ STOP_SIGNALLED = threading.Event()
 #: (``timeout -s INT 1 python ...`` ran it twice, 21-29 µs apart, in 2 tries of 20). Taken for a
 #: second Ctrl-C, the copy exited at once without the checkpoint.
 REPEAT_SECONDS = 1.0
-_first_stop: tuple[int, float] | None = None  # the first stop signal's number and time.monotonic()
+_last_stop: tuple[int, float] | None = None  # the last stop signal's number and time.monotonic()
+
+
+def delivered_again(last: tuple[int, float] | None, signum: int) -> bool:
+    """Whether signal ``signum`` coming now is ``last`` (a signal's number and its
+    ``time.monotonic()``) delivered again: the same signal within :data:`REPEAT_SECONDS`."""
+    return last is not None and last[0] == signum and time.monotonic() - last[1] < REPEAT_SECONDS
 
 
 def signal_stop(signum: int) -> None:
     """Record a stop signal that came now: :data:`STOP_SIGNALLED`, and which it was and when, for
-    :func:`repeats_the_stop`."""
-    global _first_stop
-    if _first_stop is None or time.monotonic() - _first_stop[1] >= REPEAT_SECONDS:
-        _first_stop = (signum, time.monotonic())
+    run_cli's handler to know it again."""
+    global _last_stop
+    _last_stop = (signum, time.monotonic())
     STOP_SIGNALLED.set()
-
-
-def repeats_the_stop(signum: int) -> bool:
-    """Whether signal ``signum`` coming now is the process's first stop signal delivered again: the
-    same signal within :data:`REPEAT_SECONDS`."""
-    return _first_stop is not None and _first_stop[0] == signum and time.monotonic() - _first_stop[1] < REPEAT_SECONDS
 
 
 #: The exit code of a script whose run ended so.
@@ -149,7 +148,7 @@ def _interrupt(signum, frame) -> None:
     finalizer instead of stopping anything. In Python's last step, after atexit, the handler is
     SIG_DFL again, and a Ctrl-C there ends the process by SIGINT (which shells show as 130 too).
     The stop's own SIGINT delivered twice (:data:`REPEAT_SECONDS`) is neither."""
-    if repeats_the_stop(signum):
+    if delivered_again(_last_stop, signum):
         return
     if STOP_SIGNALLED.is_set():
         _exit_at_once()

@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from acer_sync.api.run_metadata import git_commit
 from acer_sync.base.config import setting_defaults
-from acer_sync.base.errors import REPEAT_SECONDS, UserError
+from acer_sync.base.errors import UserError, delivered_again
 from acer_sync.sweeps.spec import Sweep, sweep_record
 from acer_sync.sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
 
@@ -333,9 +333,9 @@ class StopTrialsOnInterrupt(tune.Callback):
 
         def stop_trials_then_tune(signum, frame):
             if not asked:
-                asked.append(time.monotonic())
+                asked.append((signum, time.monotonic()))
                 threading.Thread(target=request_stop, args=(self.wait_seconds, resent), daemon=True).start()
-            elif resent.is_set() or time.monotonic() - asked[0] >= REPEAT_SECONDS:
+            elif resent.is_set() or not delivered_again(asked[0], signum):
                 tune_handler(signum, frame)
 
         stop_trials_then_tune.stops_trials = True

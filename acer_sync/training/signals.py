@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 
-from acer_sync.base.errors import REPEAT_SECONDS, signal_stop
+from acer_sync.base.errors import delivered_again, signal_stop
 from atari.envs import end_env_calls_within
 
 #: Seconds an env step or reset that is running when a stop signal comes may still take: a hung
@@ -32,9 +32,9 @@ class GracefulStop:
         self.signal_time: float | None = None
         #: The name of a second signal, which raises KeyboardInterrupt wherever the run was.
         self.second_signal: str | None = None
-        #: The last signal taken: its name and ``time.monotonic()``. The same one again within
+        #: The last signal taken: its number and ``time.monotonic()``. The same one again within
         #: REPEAT_SECONDS is that signal delivered twice, and changes nothing.
-        self.last_signal: tuple[str, float] | None = None
+        self.last_signal: tuple[int, float] | None = None
         self._previous = {}
 
     def __enter__(self):
@@ -59,16 +59,16 @@ class GracefulStop:
         return self.second_signal is not None
 
     def _handle(self, signum, frame):
-        name, now = signal.Signals(signum).name, time.monotonic()
-        if self.last_signal is not None and self.last_signal[0] == name and now - self.last_signal[1] < REPEAT_SECONDS:
+        if delivered_again(self.last_signal, signum):
             return  # the signal before delivered twice (GNU timeout sends it to the process and to its group)
-        self.last_signal = (name, now)
+        self.last_signal = (signum, time.monotonic())
+        name = signal.Signals(signum).name
         if self.signal_name is not None:
             # Code that the KeyboardInterrupt lands in may turn it into another error (torch.save's
             # zip writer raises a RuntimeError from its __exit__), so remember that it came.
             self.second_signal = name
             raise KeyboardInterrupt
-        self.signal_name, self.signal_time = name, now
+        self.signal_name, self.signal_time = name, self.last_signal[1]
         signal_stop(signum)  # from here on, the scripts' own handler exits at once (after train() returns, too)
         end_env_calls_within(STOP_GRACE_SECONDS, f"had not returned {STOP_GRACE_SECONDS:g} s after {name}")
 
