@@ -16,7 +16,9 @@ SOLVED = 475  # CartPole-v1's reward threshold
 
 class StopOnceSolved(Callback):
     """Ends the run at its first row solved (see :func:`solved_at`): the steps after it cannot change
-    that row, and the preset's learning-rate schedule still runs to its ``total_timesteps``."""
+    that row, and the preset's learning-rate schedule still runs to its ``total_timesteps``. Not
+    ``StopTrainingOnReward``: it follows the evaluation's mean where the run evaluates, as the
+    preset does, and the test reads the training rows."""
 
     def on_rollout_end(self, trainer, row: dict) -> bool | None:
         return False if row and row["mean_episode_reward"] >= SOLVED else None
