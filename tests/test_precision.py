@@ -1,6 +1,7 @@
 """--precision bf16: the networks' passes run in bf16 autocast, and ACER's math still receives float32."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from acer_sync.math import losses
 from acer_sync.nets import precision
 from acer_sync.nets.build import build_model
 from acer_sync.nets.distributions import distribution_for
-from acer_sync.nets.networks import ActorCriticNet
+from acer_sync.nets.networks import ARCHS, ActorCriticNet
 from acer_sync.nets.precision import NetworkPasses, cpu_bf16_flags, native_bf16, runs_in_bf16, slow_bf16_warning
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
 from acer_sync.rollout.runner import Runner
@@ -61,7 +62,7 @@ def test_bf16_without_native_support_warns_in_one_line_and_only_then(tmp_path):
     assert slow_bf16_warning("bf16", CPU, mlp, without) is None  # the MLP stays fp32: nothing gets slower
 
 
-def test_only_the_convolutional_nets_run_in_bf16():
+def test_every_net_but_the_builtin_mlps_runs_in_bf16():
     nets = {
         "cnn": categorical_net(FRAMES, 3, "cnn"),
         "cnn_lstm": recurrent_net(FRAMES, 3, "cnn_lstm", lstm_size=8),
@@ -70,6 +71,8 @@ def test_only_the_convolutional_nets_run_in_bf16():
         "lstm": recurrent_net((1, 4), 2, "lstm", (8,), 8),
     }
     assert {name for name, net in nets.items() if runs_in_bf16(net, "bf16")} == {"cnn", "cnn_lstm"}
+    by_arch = [SimpleNamespace(spec=lambda arch=arch: {"arch": arch}) for arch in ARCHS]  # the rule reads the spec
+    assert {net.spec()["arch"] for net in by_arch if runs_in_bf16(net, "bf16")} == set(ARCHS) - {"mlp", "lstm"}
     assert not any(runs_in_bf16(net, "fp32") for net in nets.values())
     with pytest.raises(ValueError, match="precision"):
         runs_in_bf16(nets["cnn"], "fp16")

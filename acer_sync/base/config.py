@@ -84,8 +84,8 @@ class Config:
         "weights correct the lag)", choices=PIPELINES,
     )
     precision: str = _f(
-        "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for the convolutional nets, "
-        "cnn and cnn_lstm; the ACER math, the weights and the checkpoints stay fp32)",
+        "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for every net but the "
+        "built-in MLPs, mlp and lstm; the ACER math, the weights and the checkpoints stay fp32)",
         choices=PRECISIONS,
     )
     hidden: str = _f(

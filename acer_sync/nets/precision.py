@@ -9,7 +9,8 @@ and the losses are float32 whatever the network ran in. The weights, their gradi
 optimizer's state and the checkpoints stay float32: autocast casts copies of the weights for each
 pass, and backward sends the gradients back to the float32 leaves.
 
-Only the convolutional nets (:data:`BF16_ARCHS`) run in bf16: the small MLPs of classic control
+Every net but the built-in MLPs (:data:`BF16_ARCHS`: the convolutional, multi-input and users'
+torsos) runs in bf16: the small MLPs of classic control
 and MuJoCo were measured slower under autocast (docs/performance.md), so their
 passes stay float32 under ``--precision bf16``.
 """
