@@ -8,6 +8,7 @@ import errno
 import hashlib
 import io
 import os
+import pickle
 import resource
 import shutil
 import signal
@@ -445,3 +446,69 @@ def test_load_refuses_a_checkpoint_whose_env_does_not_fit_its_network(run_copy):
     edit_checkpoint(run_copy, lambda payload: payload.update(env_id="Acrobot-v1"))
     with pytest.raises(acer_sync.UserError, match=r"does not fit its env Acrobot-v1: n_actions 2 \(the env gives 3\); obs_shape"):
         acer_sync.load(run_copy)
+
+
+# --- Files that are not what they are named, and damaged parts ------------------------------
+
+
+def test_files_that_are_not_checkpoints_are_refused_in_one_line(run_copy, tmp_path):
+    """torch's reader fails on them with KeyError, IndexError or RuntimeError, and warns first on
+    a pickle of another protocol: each is one line, through play.py, load and resume."""
+    pickled = tmp_path / "number.pt"
+    pickled.write_bytes(pickle.dumps(5, protocol=4))
+    for path in (run_copy / "progress.csv", run_copy / "config.json", pickled):
+        line = one_line_error(subprocess.run([sys.executable, str(ROOT / "play.py"), str(path), "--episodes", "1"],
+                                             cwd=ROOT, capture_output=True, text=True, timeout=120))
+        assert "is corrupt or truncated, or not a checkpoint" in line or "not an acer_sync checkpoint" in line, line
+        with pytest.raises(acer_sync.UserError):
+            acer_sync.load(path)
+    (run_copy / "checkpoints" / LATEST).write_text("hello")
+    refused_resume(run_copy, r"is corrupt or truncated, or not a checkpoint \(KeyError\)")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda payload: payload.pop("model_spec"), "its model_spec is missing, not a dict"),
+    (lambda payload: payload.update(env_id=5), "its env_id is a int, not a str"),
+    (lambda payload: payload.update(recent_returns="x"), "recent_returns is damaged, not a list of numbers"),
+    (lambda payload: payload.update(recent_lengths=[1, float("nan")]), "recent_lengths is damaged"),
+    (lambda payload: payload.update(callbacks=5), "callbacks state is missing or damaged"),
+    (lambda payload: payload.update(rng={"python": [3]}), r"generator states are damaged \(IndexError\)"),
+])
+def test_damaged_parts_of_a_checkpoint_are_refused_in_one_line(run_copy, edit, match):
+    edit_checkpoint(run_copy, edit)
+    refused_resume(run_copy, match)
+
+
+def test_a_progress_csv_that_is_not_text_is_refused_on_resume(run_copy):
+    (run_copy / "progress.csv").write_bytes(bytes(range(128, 256)) * 4)
+    refused_resume(run_copy, r"progress.csv is not a text file: restore it, or move the file away")
+
+
+def test_a_run_dir_holding_a_config_json_is_not_written_over(tmp_path):
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text('{"mine": true}')
+    line = one_line_error(run_train("--env", "CartPole-v1", "--run-dir", str(run_dir)))
+    assert "already holds a config.json, which a run would overwrite" in line
+    assert (run_dir / "config.json").read_text() == '{"mine": true}' and sorted(run_dir.iterdir()) == [run_dir / "config.json"]
+
+
+def test_a_network_too_large_for_memory_is_a_one_line_error(tmp_path):
+    # 10^7 x 10^7 weights: 400 TB, more than any address space, so no allocator gives it
+    line = one_line_error(run_train("--env", "CartPole-v1", "--net-arch", "10000000,10000000", "--run-dir", str(tmp_path / "run")))
+    assert "the network does not fit in the CPU memory (RuntimeError); lower --net-arch" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda run_dir: acer_sync.load(None), "a checkpoint is a run directory or a .pt file, got None"),
+    (lambda run_dir: acer_sync.load(run_dir, device="tpu"), "device must be auto, cpu or cuda, got 'tpu'"),
+    (lambda run_dir: acer_sync.load(run_dir).predict(np.full(4, np.nan, dtype=np.float32)), "holds NaN or infinity"),
+    (lambda run_dir: acer_sync.train("CartPole-v1", run_dir=5, **SMALL), "--run-dir must name a directory, got 5"),
+    (lambda run_dir: acer_sync.train("CartPole-v1", callbacks=5, **SMALL), "callbacks must be a list of acer_sync.Callback"),
+    (lambda run_dir: acer_sync.train("CartPole-v1", verbose="x", **SMALL), "verbose must be a whole number"),
+])
+def test_the_apis_wrong_arguments_are_one_line_user_errors(finished_run, call, match):
+    with pytest.raises(acer_sync.UserError, match=match) as error:
+        call(finished_run)
+    assert "\n" not in str(error.value)

@@ -163,6 +163,8 @@ def test_a_killed_env_worker_is_reported_checkpointed_and_exits_nonzero(tmp_path
     "args, message",
     [
         (["--seed", "-1"], "--seed must be >= 0"),
+        (["--seed", "4294967296"], "--seed must be <= 4294967295"),
+        (["--threads", "100000"], "--threads must be <= 1024"),  # OpenMP crashed without a word
         (["--lr", "0"], "--lr must be finite and > 0"),
         (["--lr", "inf"], "invalid finite number"),
         (["--gamma", "nan"], "invalid finite number"),
@@ -180,6 +182,14 @@ def test_hostile_flags_are_refused_in_one_line(args, message):
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", *args],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert message in one_line_error(result)
+
+
+@pytest.mark.parametrize("flag", ["--run-dir", "--resume"])
+def test_an_empty_run_dir_is_refused_not_taken_as_the_current_directory(tmp_path, flag):
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", flag, ""],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert f"{flag} must name a directory, got ''" in one_line_error(result)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_corrupt_config_json_is_reported_by_plot(tmp_path):

@@ -24,7 +24,7 @@ from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
 from acer_sync.rollout.actor import choose_actions
-from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.checkpoint import load_run_checkpoint
 from atari import parts
 from atari.envs import (
     ATARI_ENTRY_POINT,
@@ -104,6 +104,9 @@ class Policy:
         """
         batch, single = self._frames(observation)
         n = len(parts.parts_of(batch)[0])
+        for part in parts.parts_of(batch):
+            if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
+                raise UserError("the observation holds NaN or infinity; the policy cannot act on it")
 
         def to_tensor(frames: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
             return torch.as_tensor(np.ascontiguousarray(frames).reshape(n, *shape), device=self.device)
@@ -191,7 +194,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda if available), or a torch device.
     :raises UserError: for a missing, corrupt or foreign checkpoint (one line).
     """
-    payload = load_checkpoint(path)
+    payload = load_run_checkpoint(path)
     spec, env_id = payload["model_spec"], str(payload["env_id"])
     config = payload["config"]
     precision = str(config["precision"])

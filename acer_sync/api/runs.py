@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 import gymnasium as gym
 import numpy as np
 
-from acer_sync.api.run_metadata import read_config, write_config
+from acer_sync.api.run_metadata import CONFIG_FILE, read_config, write_config
 from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed
@@ -41,7 +41,7 @@ from acer_sync.nets.build import build_model, model_spec, network_arch, select_d
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, check_callbacks
-from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.checkpoint import load_run_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.tracking import check_wandb
@@ -124,6 +124,8 @@ def run(
     command line (default: the call itself), ``commit`` the code's git commit (default: asked of
     git here; a sweep's trials get the driver's). ``on_start`` is called with the Trainer before
     it trains (a sweep trial wires its stop request to it)."""
+    if not isinstance(verbose, int):
+        raise UserError(f"verbose must be a whole number (0: errors only, 1: progress), got {verbose!r}")
     with console(verbose):
         return _run(
             env, run_dir, resume, callbacks, verbose >= 1 and progress_bar, on_progress, on_checkpoint, command,
@@ -140,9 +142,11 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         setting_name(str(name)): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()
     }
     command = command or [call_text(env, settings)]
+    if run_dir is not None:
+        run_dir = path_argument(run_dir, "--run-dir")
     if resume is not None:
-        resume = Path(resume)
-        if run_dir is not None and Path(run_dir) != resume:
+        resume = path_argument(resume, "--resume")
+        if run_dir is not None and run_dir != resume:
             raise UserError("give either --resume RUN_DIR or --run-dir, not both")
         refuse_traversal(resume, "--resume")
         if not resume.is_dir():
@@ -168,7 +172,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         if env_file is not None:
             log.info(env_settings_line(env_id, env_file, env_settings, settings))
         check_config(config, info)
-        run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
+        run_dir = run_dir if run_dir is not None else default_run_dir(config)
         created = prepare_run_dir(run_dir)
         lock = RunLock.acquire(run_dir)
         payload = None
@@ -280,9 +284,20 @@ def refuse_traversal(path: Path, flag: str) -> None:
 
 
 def refuse_a_run(run_dir: Path) -> None:
-    """A UserError where ``run_dir`` already holds a run."""
+    """A UserError where ``run_dir`` already holds a run, or a ``config.json`` a run would
+    overwrite (a run writes it only beside its ``progress.csv``, so that one is someone else's)."""
     if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
         raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick another --run-dir")
+    if (run_dir / CONFIG_FILE).exists():
+        raise UserError(f"{run_dir} already holds a {CONFIG_FILE}, which a run would overwrite; pick another --run-dir")
+
+
+def path_argument(value, flag: str) -> Path:
+    """``value`` (a str or a path) as a Path; a UserError where it is empty or not a path (``Path('')``
+    would be the current directory)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise UserError(f"{flag} must name a directory, got {value!r}")
+    return Path(value)
 
 
 def prepare_run_dir(run_dir: Path) -> list[Path]:
@@ -308,7 +323,7 @@ def prepare_run_dir(run_dir: Path) -> list[Path]:
 def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[Config, EnvInfo, dict]:
     """The saved run's config with what a resume may change, its env and its checkpoint; a
     UserError for settings that conflict with the run, or a checkpoint that does not fit."""
-    payload = load_checkpoint(run_dir)
+    payload = load_run_checkpoint(run_dir)
     try:
         saved = Config(**payload["config"])
     except (KeyError, TypeError):

@@ -260,6 +260,12 @@ def hidden_sizes(config: Config) -> tuple[int, ...]:
     return tuple(int(size) for size in config.hidden.split(",") if size.strip())
 
 
+#: The largest seed: numpy's global generator takes seeds below 2**32.
+MAX_SEED = 2**32 - 1
+#: The most threads a run may ask for: OpenMP crashed the process at 100,000, without a message.
+MAX_THREADS = 1024
+
+
 def validate(config: Config) -> list[str]:
     """Every problem with ``config``, as one-line messages naming the flag (empty if none)."""
     problems = []
@@ -305,7 +311,9 @@ def validate(config: Config) -> list[str]:
     need(config.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0")
     need(config.max_nonfinite >= 1, "--max-nonfinite must be >= 1")
     need(config.seed >= 0, "--seed must be >= 0")
+    need(config.seed <= MAX_SEED, f"--seed must be <= {MAX_SEED} (2**32 - 1, numpy's limit)")
     need(config.threads >= 0, "--threads must be >= 0 (0: torch's default)")
+    need(config.threads <= MAX_THREADS, f"--threads must be <= {MAX_THREADS}")
     need(math.isfinite(config.env_timeout) and config.env_timeout >= 0, "--env-timeout must be finite and >= 0 (0: no limit)")
     need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
     need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")

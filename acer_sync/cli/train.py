@@ -34,8 +34,8 @@ def build_parser(prog: str = "train.py") -> OneLineParser:
     groups = add_config_flags(parser)
     run = groups["run and logging"]
     run.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
-    run.add_argument("--run-dir", type=Path, default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
-    run.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    run.add_argument("--run-dir", default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
+    run.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
         "--stop-at-reward", type=finite_float, default=None, metavar="X",

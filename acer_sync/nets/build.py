@@ -15,9 +15,15 @@ def select_device(name: str) -> torch.device:
     """``auto`` (cuda if available), ``cpu`` or ``cuda``; a UserError where CUDA was asked for and is missing."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but torch sees no CUDA device")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise UserError(f"device must be auto, cpu or cuda, got {name!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"device must be auto, cpu or cuda, got {name!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name} was asked for, but torch sees no CUDA device")
+    return device
 
 
 def network_arch(info: EnvInfo, config: Config) -> str:

@@ -84,7 +84,10 @@ class CallbackFailed(Exception):
 
 def check_callbacks(callbacks: Iterable) -> list[Callback]:
     """``callbacks`` as a list; a one-line UserError where one is not a [`Callback`][]."""
-    callbacks = list(callbacks)
+    try:
+        callbacks = list(callbacks)
+    except TypeError:
+        raise UserError(f"callbacks must be a list of acer_sync.Callback instances, got {callbacks!r}") from None
     for callback in callbacks:
         if not isinstance(callback, Callback):
             raise UserError(f"callbacks must be acer_sync.Callback instances, got {callback!r}")

@@ -23,6 +23,7 @@ import dataclasses
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -76,6 +77,8 @@ def save_checkpoint(path: Path, payload: dict) -> None:
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint file, or a run directory's latest checkpoint."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise UserError(f"a checkpoint is a run directory or a .pt file, got {path!r}")
     path = Path(path)
     if path.is_dir():
         candidate = path / "checkpoints" / LATEST
@@ -87,19 +90,29 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
+#: What a run's checkpoint holds that reading it (play.py, ``acer_sync.load``, resume) needs, and of which type.
+REQUIRED_KEYS = {"config": dict, "model_spec": dict, "env_id": str, "model": dict}
+
+
 def load_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint with ``weights_only=True`` and bring it to the current format
     (:func:`migrate`); every failure is a one-line UserError."""
     path = resolve_checkpoint(path)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a file of another pickle protocol warns before it fails
+            warnings.simplefilter("ignore", UserWarning)
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        if not zipfile.is_zipfile(path):  # every checkpoint is torch's zip archive: this is some other file
+            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint") from None
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
         raise UserError(
             f"refusing to load {path}: it is not a plain-data checkpoint ({first_line})"
         ) from None
-    except (RuntimeError, EOFError, ValueError, OSError) as error:
-        raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated ({type(error).__name__})") from None
+    except Exception as error:  # torch's readers fail on other files with KeyError, IndexError, RuntimeError, ...
+        raise UserError(
+            f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint ({type(error).__name__})"
+        ) from None
     version = payload.get("format") if isinstance(payload, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
         if isinstance(version, int) and version > FORMAT_VERSION:
@@ -111,6 +124,19 @@ def load_checkpoint(path: str | Path) -> dict:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise UserError(f"{path} is not a usable acer_sync checkpoint ({type(error).__name__}: {error})") from None
+
+
+def load_run_checkpoint(path: str | Path) -> dict:
+    """A run's checkpoint (:func:`load_checkpoint`), with a one-line UserError where it lacks
+    what reading it needs (:data:`REQUIRED_KEYS`)."""
+    payload = load_checkpoint(path)
+    for key, kind in REQUIRED_KEYS.items():
+        if not isinstance(payload.get(key), kind):
+            found = "missing" if key not in payload else f"a {type(payload[key]).__name__}"
+            raise UserError(
+                f"{resolve_checkpoint(path)} is not a usable acer_sync checkpoint: its {key} is {found}, not a {kind.__name__}"
+            )
+    return payload
 
 
 def migrate(payload: dict) -> dict:
@@ -258,9 +284,20 @@ def check_restorable(payload: dict, model, agent, steps_per_iteration: int) -> N
             f"the checkpoint's counters disagree: {counters['updates']} updates for {counters['iterations']} iterations "
             f"and {counters['nonfinite_updates']} non-finite updates"
         )
+    for key in ("recent_returns", "recent_lengths"):
+        values = payload.get(key)
+        if not isinstance(values, list) or not all(_is_finite_number(value) for value in values):
+            raise UserError(f"the checkpoint's {key} is {'missing' if values is None else 'damaged'}, not a list of numbers")
+    for key in ("rng", "callbacks"):
+        if not isinstance(payload.get(key), dict):
+            raise UserError(f"the checkpoint's {key} state is missing or damaged")
     for key, module in (("model", model), ("average_model", agent.average_model)):
         _check_tensors(f"checkpoint's {key}", payload.get(key), module.state_dict())
     _check_optimizer(payload.get("optimizer"), agent.optimizer)
+
+
+def _is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
 
 
 def _check_tensors(what: str, saved, expected: dict) -> None:
@@ -307,7 +344,10 @@ def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator, 
     tracker.episodes = int(counters["episodes"])
     tracker.recent_returns.extend(payload["recent_returns"])
     tracker.recent_lengths.extend(payload["recent_lengths"])
-    restore_rng(payload["rng"], sampler)
+    try:
+        restore_rng(payload["rng"], sampler)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as error:
+        raise UserError(f"the checkpoint's generator states are damaged ({type(error).__name__})") from None
     return {name: counters[name] for name in ("timesteps", "iterations", "updates", "time_elapsed", "unlearned_segments")}
 
 

@@ -87,9 +87,12 @@ class Logger:
 
 def check_progress(csv_path: Path) -> list[str]:
     """The columns of ``progress.csv``; a UserError where its header is damaged: not starting with
-    ``total_timesteps``, or with another number of columns than its complete rows."""
-    with open(csv_path, newline="") as handle:
-        lines = handle.read().splitlines(keepends=True)
+    ``total_timesteps``, or with another number of columns than its complete rows; or not text."""
+    try:
+        with open(csv_path, newline="") as handle:
+            lines = handle.read().splitlines(keepends=True)
+    except UnicodeDecodeError:
+        raise UserError(f"{csv_path} is not a text file: restore it, or move the file away") from None
     header = next(csv.reader(lines[:1]), [])
     widths = {len(next(csv.reader([line]), [])) for line in lines[1:] if line.endswith("\n")}
     if header[:1] != ["total_timesteps"] or len(widths) > 1 or (widths and widths != {len(header)}):

@@ -3,6 +3,7 @@ the callbacks, and a checkpoint's state put back, in the one order that keeps a 
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 from typing import Callable, Iterable
@@ -80,6 +81,21 @@ def check_buffer_fits(config: Config, needed: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def networks_fit(device: torch.device):
+    """A one-line UserError where building the networks runs out of ``device``'s memory (a typo
+    such as --hidden 1000000,1000000), in place of torch's allocator error."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as error:
+        if not isinstance(error, (MemoryError, torch.OutOfMemoryError)) and "allocate" not in str(error):
+            raise
+        raise UserError(
+            f"the network does not fit in the {device.type.upper()} memory ({type(error).__name__}); "
+            "lower --net-arch, --lstm-size or the torso's size"
+        ) from None
+
+
 def seed_everything(seed: int) -> np.random.Generator:
     """Seed python's, numpy's and torch's global generators; returns the replay sampler's generator."""
     random.seed(seed)
@@ -136,7 +152,8 @@ def build_trainer(
     timer = timer or PhaseTimer(enabled=False, device=device)
     sampler = seed_everything(config.seed)
 
-    model = build_model(info, config).to(device)
+    with networks_fit(device):
+        model = build_model(info, config).to(device)
     fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                            frame_parts=info.frame_layout if info.frame_parts else None)
     buffer_bytes = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
@@ -149,7 +166,8 @@ def build_trainer(
                  "waits for the compile, 20-35 s on a CPU (--compile off runs it eagerly)")
     if compiling == "network":
         model.compile()  # in place: the state_dict keys stay the same
-    agent = ACER(model, config, timer, compile_mode=compiling)
+    with networks_fit(device):
+        agent = ACER(model, config, timer, compile_mode=compiling)  # the average network: a second copy
     warning = slow_bf16_warning(config.precision, device, model)
     if warning is not None:
         log.warning(warning)
