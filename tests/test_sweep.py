@@ -488,3 +488,22 @@ def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_n
     (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
     with pytest.raises(UserError, match=r"run from a different file \(its trials differ: lr\)"):
         check_same_sweep(sweep, sweep_dir)
+
+
+def test_a_trial_larger_than_this_machine_is_refused_before_ray_starts(tmp_path):
+    """Tune would keep such a trial pending for ever, without a word."""
+    path = write(tmp_path, BASE + "trial: {cpus: 1000}\n")
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert f"a trial asks for 1000 CPUs and 0 GPUs (trial: in the sweep file), and this machine has {os.cpu_count()} CPUs" \
+        in one_line_error(result)
+    assert not (tmp_path / "runs").exists()  # nothing recorded: the corrected file starts the sweep afresh
+
+
+def test_a_runs_dir_under_a_file_is_a_one_line_error(tmp_path):
+    path = write(tmp_path, BASE)
+    (tmp_path / "afile").write_text("")
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(path), "--runs-dir", str(tmp_path / "afile")],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "cannot write the sweep's directory" in one_line_error(result)
+    assert (tmp_path / "afile").read_text() == ""

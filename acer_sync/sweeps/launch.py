@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ray
+import torch
 from ray import tune
 from ray.tune import CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -206,6 +207,18 @@ def node_storage_problem(sweep_dir: str, probe_name: str, token: str) -> str | N
     return None
 
 
+def check_a_trial_fits(sweep: Sweep) -> None:
+    """Refuse a sweep whose trials ask for more CPUs or GPUs than the local Ray that
+    :func:`start_ray` starts will have (this machine's cores and torch's CUDA devices): Tune would
+    keep them pending, without an error. A cluster's (``--address``) may add nodes as they are asked for."""
+    cpus, gpus = os.cpu_count() or 1, torch.cuda.device_count()
+    if sweep.cpus > cpus or sweep.gpus > gpus:
+        raise UserError(
+            f"a trial asks for {sweep.cpus} CPUs and {sweep.gpus:g} GPUs (trial: in the sweep file), and this machine has "
+            f"{cpus:g} CPUs and {gpus:g} GPUs; lower them, or give --address of a cluster that has them"
+        )
+
+
 def check_storage_on_every_node(runs_dir: Path, sweep_dir: Path) -> None:
     """Refuse, before any trial starts, a ``--runs-dir`` that some node able to run a trial does not
     see at the same path: a trial there would fail only at its first checkpoint, or resume on
@@ -240,7 +253,12 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
     record_path = sweep_dir / RECORD_FILE
     record = json.loads(json.dumps(sweep_record(sweep), default=str))
     if record_path.is_file():
-        saved = json.loads(record_path.read_text())
+        try:
+            saved = json.loads(record_path.read_text())
+        except (OSError, ValueError) as error:
+            raise UserError(f"cannot read {record_path} ({type(error).__name__}): restore it, or move it away") from None
+        if not isinstance(saved, dict):
+            raise UserError(f"{record_path} is not a sweep's record: restore it, or move it away")
         # A setting added to Config since the sweep was started is recorded at its default, which
         # is how the sweep's trials ran (precision fp32, say).
         defaults = json.loads(json.dumps(setting_defaults(), default=str))
@@ -260,8 +278,11 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
                 "give the sweep another name, or restore the file it was started with"
             )
     else:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        record_path.write_text(json.dumps(record, indent=2))
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            record_path.write_text(json.dumps(record, indent=2))
+        except OSError as error:
+            raise UserError(f"cannot write the sweep's directory {sweep_dir}: {error.strerror or error}") from None
 
 
 def trial_name(trial) -> str:
@@ -406,6 +427,8 @@ def run_sweep(
     """Run (or continue) ``sweep`` under ``runs_dir/<name>/``; how each trial ended. A Ctrl-C waits
     up to ``stop_wait`` seconds (default :data:`STOP_WAIT_SECONDS`) for the running trials to save."""
     sweep_dir = (runs_dir / sweep.name).resolve()
+    if address is None:
+        check_a_trial_fits(sweep)  # before the sweep's directory records it
     check_same_sweep(sweep, sweep_dir)
     quiet_ray()
     start_ray(address, runs_dir)
