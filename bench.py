@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from acer_sync.api.run_metadata import package_versions
+from acer_sync.api.runs import check_config
 from acer_sync.base.config import (
     COMPILE_MODES,
     NETWORKS,
@@ -62,7 +63,6 @@ from acer_sync.base.config import (
     REPLAY_DEVICES,
     build_config,
     compile_mode,
-    validate,
 )
 from acer_sync.base.errors import UserError, run_cli
 from acer_sync.base.transfer import numpy_dtype
@@ -392,9 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"bench.py measures discrete-action envs only; {args.env} has continuous actions "
                         "(time a continuous run with train.py, whose progress.csv logs steps/s)")
     config = build_config(info.atari, overrides)
-    problems = validate(config)
-    if problems:
-        raise UserError("; ".join(problems))
+    check_config(config, info)  # train.py's checks: --compile graph and --replay-device cuda need a GPU
     quarter = args.seconds / 4
     rng = np.random.default_rng(0)
 

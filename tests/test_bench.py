@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from helpers import ROOT, one_line_error
 
@@ -114,3 +115,14 @@ def test_bench_sweep_rejects_too_few_steps():
     result = subprocess.run([sys.executable, str(ROOT / "bench_sweep.py"), "--steps", "10"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "--steps must be >= 1000" in one_line_error(result)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--compile", "graph"], "--compile graph runs the update as a CUDA graph"),
+    (["--replay-device", "cuda"], "--replay-device cuda keeps the replay buffer on the GPU"),
+])
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_bench_refuses_what_train_refuses_off_cuda(flags, message):
+    result = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--env", "CartPole-v1", "--seconds", "1", *flags],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert message in one_line_error(result)

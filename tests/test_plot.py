@@ -351,3 +351,13 @@ def test_a_glob_of_a_sweep_directory_skips_what_is_not_a_run(tmp_path, capsys):
         plot.run_directories([tmp_path / "sweep" / "summary.md", tmp_path / "sweep" / "tune"])
     with pytest.raises(UserError, match="has no progress.csv"):
         plot.load_run(plot.run_directories([tmp_path / "sweep" / "tune"])[0])
+
+
+def test_out_must_be_a_png_so_a_runs_own_files_are_never_written_over(tmp_path):
+    run = write_run(tmp_path / "run", env="CartPole-v1", seed=0)
+    before = (run / "progress.csv").read_bytes()
+    result = subprocess.run([sys.executable, "plot.py", str(run), "--out", str(run / "progress.csv")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "plot.py writes a PNG; give a file name ending in .png" in result.stderr
+    assert (run / "progress.csv").read_bytes() == before

@@ -54,6 +54,11 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   # bench.py measures for SECONDS_PER after building its envs and buffer (allow 30 s for that) and,
   # with --compile, compiling the update (allow 60 s more: 40-80 s on the 2-core CPU)
   case "$*" in *--compile*) setup=90 ;; esac
+  case "$DEVICE $*" in "cpu "*"--compile graph"*)  # bench.py refuses it off CUDA, as train.py does
+    echo "{\"report\": \"$label\", \"skipped\": \"--compile graph needs CUDA\"}" >> "$out"
+    echo "  skipped (no CUDA): $label"
+    return ;;
+  esac
   if [ $(( elapsed + SECONDS_PER + setup )) -gt "$BUDGET" ]; then
     echo "{\"report\": \"$label\", \"skipped\": \"the time budget of $BUDGET s\"}" >> "$out"
     echo "  skipped (time): $label"

@@ -339,6 +339,8 @@ def main(argv: list[str] | None = None, prog: str = "plot.py") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     if args.smooth < 1:
         raise UserError("--smooth must be >= 1")
+    if args.out.suffix.lower() != ".png":  # never a run's progress.csv or config.json, written over
+        raise UserError(f"--out {args.out}: plot.py writes a PNG; give a file name ending in .png")
     if not args.out.parent.is_dir():
         raise UserError(f"cannot write {args.out}: folder {args.out.parent} does not exist")
     runs = [load_run(path) for path in run_directories(args.run_dirs)]
