@@ -495,14 +495,15 @@ def test_a_run_dir_holding_a_config_json_is_not_written_over(tmp_path):
 
 def test_a_network_too_large_for_memory_is_a_one_line_error(tmp_path):
     # 10^7 x 10^7 weights: 400 TB, more than any address space, so no allocator gives it
-    line = one_line_error(run_train("--env", "CartPole-v1", "--net-arch", "10000000,10000000", "--run-dir", str(tmp_path / "run")))
-    assert "the network does not fit in the CPU memory (RuntimeError); lower --net-arch" in line
+    line = one_line_error(run_train("--env", "CartPole-v1", "--net-arch", "10000000,10000000", "--run-dir", str(tmp_path / "run"),
+                                    "--device", "cpu"))
+    assert "the network does not fit in the host's memory (RuntimeError); lower --net-arch" in line
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("call, match", [
     (lambda run_dir: acer_sync.load(None), "a checkpoint is a run directory or a .pt file, got None"),
-    (lambda run_dir: acer_sync.load(run_dir, device="tpu"), "device must be auto, cpu or cuda, got 'tpu'"),
+    (lambda run_dir: acer_sync.load(run_dir, device="tpu"), "device must be auto, cpu, cuda or another torch device, got 'tpu'"),
     (lambda run_dir: acer_sync.load(run_dir).predict(np.full(4, np.nan, dtype=np.float32)), "holds NaN or infinity"),
     (lambda run_dir: acer_sync.train("CartPole-v1", run_dir=5, **SMALL), "--run-dir must name a directory, got 5"),
     (lambda run_dir: acer_sync.train("CartPole-v1", callbacks=5, **SMALL), "callbacks must be a list of acer_sync.Callback"),

@@ -507,3 +507,18 @@ def test_a_runs_dir_under_a_file_is_a_one_line_error(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "cannot write the sweep's directory" in one_line_error(result)
     assert (tmp_path / "afile").read_text() == ""
+
+
+def test_a_trial_that_died_before_its_first_checkpoint_starts_afresh(tmp_path):
+    """Tune restarts it in the same directory: what the dead start wrote, its config.json too, goes."""
+    from acer_sync.api.runs import prepare_run_dir
+    from acer_sync.sweeps.trial import discard_unsaved_start
+
+    run_dir = tmp_path / "trial"
+    (run_dir / "tb").mkdir(parents=True)
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "config.json").write_text("{}")
+    (run_dir / "progress.csv").write_text("total_timesteps\n")
+    discard_unsaved_start(run_dir)
+    assert list(run_dir.iterdir()) == []
+    prepare_run_dir(run_dir)  # the restarted trial's run starts there

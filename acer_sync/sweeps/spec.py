@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.api.runs import check_config
-from acer_sync.base.config import Config, build_config
+from acer_sync.base.config import MAX_THREADS, Config, build_config
 from acer_sync.base.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.base.errors import UserError
 from atari.envs import env_info
@@ -122,6 +122,8 @@ def check_resources(payload: dict, source: str) -> tuple[int, float]:
     cpus, gpus = resources.get("cpus", 1), resources.get("gpus", 0)
     if not is_int(cpus) or cpus < 1:
         raise UserError(f"{source}: trial.cpus must be a whole number >= 1, got {cpus!r}")
+    if cpus > MAX_THREADS:  # a trial's threads are its cpus
+        raise UserError(f"{source}: trial.cpus must be <= {MAX_THREADS}, got {cpus}")
     if not is_number(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
         raise UserError(f"{source}: trial.gpus must be a fraction in [0, 1] or a whole number, got {gpus!r}")
     return cpus, float(gpus)

@@ -38,6 +38,7 @@ import ray
 from ray import tune
 
 from acer_sync.api import runs as api
+from acer_sync.api.run_metadata import CONFIG_FILE
 from acer_sync.base.config import RESUMABLE_CHANGES, Config
 from acer_sync.base.errors import EXIT_CODES
 from acer_sync.base.outcome import Stop
@@ -109,8 +110,10 @@ def wait_for_stop(stop_request: str, trainer: Trainer) -> None:
 
 def discard_unsaved_start(run_dir: Path) -> None:
     """Remove what an earlier start that died before its first checkpoint left: the trial starts
-    again from step 0, and its curve must not hold two runs."""
+    again from step 0, and its curve must not hold two runs (and its config.json, which the run
+    writes again, must not be taken for someone else's)."""
     (run_dir / "progress.csv").unlink(missing_ok=True)
+    (run_dir / CONFIG_FILE).unlink(missing_ok=True)
     shutil.rmtree(run_dir / "tb", ignore_errors=True)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # empty: it holds no checkpoint
 

@@ -109,7 +109,10 @@ def load_checkpoint(path: str | Path) -> dict:
         raise UserError(
             f"refusing to load {path}: it is not a plain-data checkpoint ({first_line})"
         ) from None
-    except Exception as error:  # torch's readers fail on other files with KeyError, IndexError, RuntimeError, ...
+    except OSError as error:
+        raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
+    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile) as error:
+        # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError)
         raise UserError(
             f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint ({type(error).__name__})"
         ) from None
@@ -344,10 +347,7 @@ def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator, 
     tracker.episodes = int(counters["episodes"])
     tracker.recent_returns.extend(payload["recent_returns"])
     tracker.recent_lengths.extend(payload["recent_lengths"])
-    try:
-        restore_rng(payload["rng"], sampler)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as error:
-        raise UserError(f"the checkpoint's generator states are damaged ({type(error).__name__})") from None
+    restore_rng(payload["rng"], sampler)
     return {name: counters[name] for name in ("timesteps", "iterations", "updates", "time_elapsed", "unlearned_segments")}
 
 

@@ -82,16 +82,18 @@ def check_buffer_fits(config: Config, needed: int) -> None:
 
 
 @contextlib.contextmanager
-def networks_fit(device: torch.device):
-    """A one-line UserError where building the networks runs out of ``device``'s memory (a typo
-    such as --hidden 1000000,1000000), in place of torch's allocator error."""
+def networks_fit():
+    """A one-line UserError where building the networks runs out of memory (a typo such as
+    --net-arch 1000000,1000000), in place of torch's allocator error: the GPU's where CUDA's
+    allocator failed, else the host's (networks are built there, then moved)."""
     try:
         yield
     except (MemoryError, RuntimeError) as error:
         if not isinstance(error, (MemoryError, torch.OutOfMemoryError)) and "allocate" not in str(error):
             raise
+        memory = "GPU" if isinstance(error, torch.OutOfMemoryError) else "host"
         raise UserError(
-            f"the network does not fit in the {device.type.upper()} memory ({type(error).__name__}); "
+            f"the network does not fit in the {memory}'s memory ({type(error).__name__}); "
             "lower --net-arch, --lstm-size or the torso's size"
         ) from None
 
@@ -152,7 +154,7 @@ def build_trainer(
     timer = timer or PhaseTimer(enabled=False, device=device)
     sampler = seed_everything(config.seed)
 
-    with networks_fit(device):
+    with networks_fit():
         model = build_model(info, config).to(device)
     fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                            frame_parts=info.frame_layout if info.frame_parts else None)
@@ -166,7 +168,7 @@ def build_trainer(
                  "waits for the compile, 20-35 s on a CPU (--compile off runs it eagerly)")
     if compiling == "network":
         model.compile()  # in place: the state_dict keys stay the same
-    with networks_fit(device):
+    with networks_fit():
         agent = ACER(model, config, timer, compile_mode=compiling)  # the average network: a second copy
     warning = slow_bf16_warning(config.precision, device, model)
     if warning is not None:
