@@ -285,6 +285,7 @@ def test_sweep_file_expands_env_seed_and_grid_axes_into_named_trials(tmp_path):
         ("name: s\nenvs: [PongNoFrameskip-v4]\nseeds: [0]\nsettings: {normalize_obs: true}\n",
          "trial PongNoFrameskip-v4_seed0: --normalize-obs is for vector observations"),
         (BASE + "trial: {cpus: 0}\n", "trial.cpus must be a whole number >= 1"),
+        (BASE + "trial: {cpus: 2000}\n", "trial.cpus must be <= 1024, got 2000"),
         (BASE + "trial: {gpus: 1.5}\n", "trial.gpus must be a fraction in [0, 1] or a whole number"),
         (BASE + "trial: {memory: 3}\n", "unknown key trial.memory"),
         ("name: s\nenvs: [CartPol-v1]\nseeds: [0]\n", "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
