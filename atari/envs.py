@@ -316,7 +316,7 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     """``env`` with observations the trainer stores as frames: a flat Box as it is; an image as a
     uint8 frame for the CNN, ``(H, W)`` or channels first ``(C, H, W)``; a Dict or Tuple with an
     image in it as a dict of parts (:func:`part_frames`); any other supported space flattened to a
-    vector, one-hot for the discrete parts (``gymnasium.wrappers.FlattenObservation``). A one-line
+    float32 vector, one-hot for the discrete parts (``gymnasium.wrappers.FlattenObservation``). A one-line
     UserError otherwise. The CNN takes the stack's frames and their channels as its input channels."""
     space = env.observation_space
     layout = image_layout(space)
@@ -339,7 +339,11 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     if bad is not None:
         inside = f" (its {type(bad).__name__} part)" if bad is not space else ""
         raise UserError(f"{env_id} has observation space {space}{inside}; acer_sync supports {SUPPORTED_OBSERVATIONS}")
-    adapted = gym.wrappers.FlattenObservation(env)
+    flat = gym.wrappers.FlattenObservation(env)
+    # float32, the dtype the trainer stores vectors in: a Discrete's one-hot in int64 would read as
+    # a batch of the env's own observations (Policy.predict takes both)
+    vector = gym.spaces.Box(-np.inf, np.inf, flat.observation_space.shape, np.float32)
+    adapted = gym.wrappers.TransformObservation(flat, lambda observation: np.asarray(observation, dtype=np.float32), vector)
     adapted.raw_observation_space = space
     return adapted
 

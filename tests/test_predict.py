@@ -23,6 +23,8 @@ class DictSensors(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)  # its samples are the observations: the same for a seed
         self.t = 0
         return self.observation_space.sample(), {}
 
@@ -109,3 +111,31 @@ def test_make_env_takes_the_callable_a_run_was_trained_with(tmp_path):
     assert obs.shape == (7,)  # flattened as training flattens it: 3 + one-hot of 4; predict takes it too
     action, _ = policy.predict(obs)
     assert env.action_space.contains(action)
+
+
+def test_make_envs_observations_give_one_action_as_the_envs_own_do(trained):
+    # FrozenLake's one-hot from make_env, in int64, was read as a batch of 16 of the env's own ints
+    policy, make = trained
+    raw, _ = make().reset(seed=0)
+    frames, _ = acer_sync.make_env(make).reset(seed=0)
+    from_raw, _ = policy.predict(raw, deterministic=True)
+    from_frames, _ = policy.predict(frames, deterministic=True)
+    assert np.ndim(from_frames) == 0 and from_frames == from_raw
+
+
+def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_errors(tmp_path):
+    policy = acer_sync.load(acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", network="lstm", **SMALL))
+    obs = np.zeros(4, np.float32)
+    _, state = policy.predict(obs)
+    damaged = tuple(np.full_like(s, np.nan) for s in state)
+    for call, match in [
+        (lambda: policy.predict(obs, damaged), "state holds NaN or infinity"),
+        (lambda: policy.predict(obs, damaged, episode_start=[True]), "state holds NaN or infinity"),
+        (lambda: policy.predict(np.zeros((0, 4), np.float32)), "empty batch"),
+        (lambda: policy.predict(obs, state, episode_start=["False"]), "episode_start holds booleans"),
+        (lambda: policy.predict(obs, state, episode_start=[0.5]), "episode_start holds booleans"),
+    ]:
+        with pytest.raises(acer_sync.UserError, match=match) as error:
+            call()
+        assert "\n" not in str(error.value)
+    assert np.ndim(policy.predict(obs, state, episode_start=[1])[0]) == 0  # 0 and 1 are booleans too

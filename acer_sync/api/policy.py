@@ -104,6 +104,8 @@ class Policy:
         """
         batch, single = self._frames(observation)
         n = len(parts.parts_of(batch)[0])
+        if n == 0:
+            raise UserError("predict got an empty batch: give at least one observation")
         for part in parts.parts_of(batch):
             if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
                 raise UserError("the observation holds NaN or infinity; the policy cannot act on it")
@@ -115,7 +117,7 @@ class Policy:
             obs_tensor = {key: to_tensor(part, (1, *part.shape[1:])) for key, part in batch.items()}
         else:
             obs_tensor = to_tensor(batch, self.model.obs_shape)
-        first = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
+        first = np.zeros(n, dtype=bool) if episode_start is None else _starts(episode_start)
         if len(first) != n:
             raise UserError(f"episode_start has {len(first)} entries for {n} observations")
         actions, _, next_state = choose_actions(
@@ -179,7 +181,10 @@ class Policy:
         if got != expected:
             what = "a feed-forward policy has no state; pass None" if not expected else f"expected {expected}"
             raise UserError(f"state holds arrays of shapes {got}; {what} (the state that predict returned)")
-        return tuple(torch.as_tensor(np.asarray(s, dtype=np.float32), device=self.device) for s in state)
+        arrays = [np.asarray(s, dtype=np.float32) for s in state]
+        if not all(np.isfinite(array).all() for array in arrays):
+            raise UserError("state holds NaN or infinity; pass the state that predict returned, or None to start afresh")
+        return tuple(torch.as_tensor(array, device=self.device) for array in arrays)
 
     def _stack_hint(self) -> str:
         if len(self.observation_shape) == 3 and self.observation_shape[0] == ATARI_STACK:
@@ -211,6 +216,15 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n)
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
                   observation_space=info.observation_space if info is not None else None)
+
+
+def _starts(episode_start) -> np.ndarray:
+    """``episode_start`` as a flat bool array; a UserError unless it holds booleans (or 0 and 1)."""
+    starts = np.asarray(episode_start)
+    numbers = np.issubdtype(starts.dtype, np.integer) or np.issubdtype(starts.dtype, np.floating)
+    if not (starts.dtype == bool or numbers and np.isin(starts, (0, 1)).all()):
+        raise UserError(f"episode_start holds booleans, one per observation (True where an episode starts), got {episode_start!r}")
+    return starts.astype(bool).reshape(-1)
 
 
 def _batch_size(space: gym.Space, observation) -> int | None:
