@@ -139,3 +139,11 @@ def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_erro
             call()
         assert "\n" not in str(error.value)
     assert np.ndim(policy.predict(obs, state, episode_start=[1])[0]) == 0  # 0 and 1 are booleans too
+
+
+def test_a_discrete_observation_below_its_start_is_refused_not_read_from_the_end(tmp_path):
+    policy = acer_sync.load(acer_sync.train("FrozenLake-v1", run_dir=tmp_path / "run", **SMALL))
+    for observation in (-1, np.array([0, -1])):
+        with pytest.raises(acer_sync.UserError, match="has a discrete part below its start"):
+            policy.predict(observation)
+    assert np.shape(policy.predict(np.array([0, 15]))[0]) == (2,)

@@ -137,6 +137,8 @@ class Policy:
         if space is not None:
             n = _batch_size(space, observation)
             if n is not None:
+                if _below_start(space, observation):  # gymnasium's flatten would index from the end
+                    raise UserError(f"predict takes an observation of {space}; this one has a discrete part below its start")
                 items = [observation] if n == 0 else iterate(batch_space(space, n), observation)
                 try:
                     adapted = [adapt_observation(space, item) for item in items]
@@ -225,6 +227,17 @@ def _starts(episode_start) -> np.ndarray:
     if not (starts.dtype == bool or numbers and np.isin(starts, (0, 1)).all()):
         raise UserError(f"episode_start holds booleans, one per observation (True where an episode starts), got {episode_start!r}")
     return starts.astype(bool).reshape(-1)
+
+
+def _below_start(space: gym.Space, observation) -> bool:
+    """Whether a Discrete part of ``observation`` (one, or a batch) is below its space's ``start``."""
+    if isinstance(space, gym.spaces.Discrete):
+        return bool(np.any(np.asarray(observation) < space.start))
+    if isinstance(space, gym.spaces.Dict):
+        return any(_below_start(part, observation[key]) for key, part in space.spaces.items())
+    if isinstance(space, gym.spaces.Tuple):
+        return any(_below_start(part, item) for part, item in zip(space.spaces, observation))
+    return False
 
 
 def _batch_size(space: gym.Space, observation) -> int | None:
