@@ -33,7 +33,7 @@ import numpy as np
 from acer_sync.api.run_metadata import CONFIG_FILE, read_config, write_config
 from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
-from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.base.errors import UserError, WriteFailed, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
@@ -295,7 +295,7 @@ def refuse_a_run(run_dir: Path) -> None:
 def path_argument(value, flag: str) -> Path:
     """``value`` (a str or a path) as a Path; a UserError where it is empty or not a path (``Path('')``
     would be the current directory)."""
-    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+    if not names_a_path(value):
         raise UserError(f"{flag} must name a directory, got {value!r}")
     return Path(value)
 

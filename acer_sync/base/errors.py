@@ -54,6 +54,12 @@ def delivered_again(last: tuple[int, float] | None, signum: int) -> bool:
     return last is not None and last[0] == signum and time.monotonic() - last[1] < REPEAT_SECONDS
 
 
+def names_a_path(value) -> bool:
+    """Whether ``value`` can name a file or directory: a non-blank str or an ``os.PathLike``
+    (``Path('')`` is the current directory, so an empty argument must be refused, not taken)."""
+    return isinstance(value, (str, os.PathLike)) and bool(str(value).strip())
+
+
 def signal_stop(signum: int) -> None:
     """Record a stop signal that came now: :data:`STOP_SIGNALLED`, and which it was and when, for
     run_cli's handler to know it again."""

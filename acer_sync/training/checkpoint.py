@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import setting_defaults
-from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.base.errors import UserError, WriteFailed, names_a_path
 from acer_sync.nets.networks import complete_spec, network_from_spec
 from acer_sync.training.rng_state import capture_rng, restore_rng
 from atari.envs import env_info
@@ -77,7 +77,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint file, or a run directory's latest checkpoint."""
-    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+    if not names_a_path(path):
         raise UserError(f"a checkpoint is a run directory or a .pt file, got {path!r}")
     path = Path(path)
     if path.is_dir():
