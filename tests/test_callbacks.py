@@ -5,6 +5,7 @@ exception propagates."""
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import acer_sync
@@ -177,3 +178,58 @@ def test_verbose_0_shows_nothing_but_errors(tmp_path, capsys):
     acer_sync.train("CartPole-v1", run_dir=tmp_path / "loud", total_timesteps=40, **SMALL)
     out = capsys.readouterr().out
     assert f"run directory: {tmp_path / 'loud'}" in out and "replay buffer: 2 envs" in out
+
+
+class Counter(acer_sync.Callback):
+    """Keeps numpy values in its state, as a callback that averages with numpy would."""
+
+    def __init__(self, start=0):
+        self.iterations = start
+        self.seen = None
+
+    def on_rollout_end(self, trainer, row):
+        self.iterations += 1
+
+    def state(self):
+        return {"iterations": np.int64(self.iterations), "mean": np.mean([1.0, 2.0]), "trace": np.arange(3)}
+
+    def load_state(self, state):
+        self.seen = state
+        self.iterations = state["iterations"]
+
+
+def test_numpy_values_in_a_callbacks_state_are_kept_as_plain_numbers_and_two_of_a_class_apart(tmp_path):
+    # np.mean's np.float64 in the state made every checkpoint unloadable (weights_only refuses numpy).
+    run_dir = tmp_path / "run"
+    first, second = Counter(), Counter(start=100)
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=30, callbacks=[first, second], **SMALL)
+    states = load_checkpoint(run_dir)["callbacks"]
+    assert states["Counter"] == {"iterations": 3, "mean": 1.5, "trace": [0, 1, 2]}
+    assert states["Counter#2"]["iterations"] == 103
+    assert type(states["Counter"]["iterations"]) is int and type(states["Counter"]["mean"]) is float
+    resumed = [Counter(), Counter()]
+    acer_sync.train("CartPole-v1", resume=run_dir, total_timesteps=40, callbacks=resumed, **SMALL)
+    assert [counter.seen["iterations"] for counter in resumed] == [3, 103]
+    assert [counter.iterations for counter in resumed] == [4, 104]
+
+
+class Opaque(acer_sync.Callback):
+    def __init__(self, later=False):
+        self.later, self.value = later, None
+
+    def on_rollout_end(self, trainer, row):
+        self.value = object()
+
+    def state(self):
+        return {"value": self.value if self.later else object()}
+
+
+def test_a_callback_state_that_is_not_plain_data_is_refused_at_the_start_or_left_out_later(tmp_path, caplog):
+    with pytest.raises(acer_sync.UserError, match=r"callback Opaque's state\(\)\['value'\] is a object: a checkpoint keeps only"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "refused", total_timesteps=30, callbacks=[Opaque()], **SMALL)
+    assert not (tmp_path / "refused").exists()
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=30, callbacks=[Opaque(later=True)], **SMALL)
+    assert load_checkpoint(run_dir)["callbacks"] == {}  # the checkpoint loads, without that state
+    warnings = [record.getMessage() for record in caplog.records if "checkpoints leave it out" in record.getMessage()]
+    assert len(warnings) == 1  # once, not at every checkpoint

@@ -119,3 +119,15 @@ def test_a_format_2_checkpoint_gets_the_composed_networks_names_and_order_and_re
     shutil.copytree(FORMAT2 / name, run_dir)
     acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False, verbose=0)
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 520
+
+
+def test_a_checkpoint_saved_with_numpy_values_in_a_callbacks_state_loads_and_object_arrays_stay_refused(tmp_path, current):
+    # Before callbacks' states were made plain, an np.mean in one was saved as numpy's scalar, and
+    # weights_only refused every checkpoint of the run. numpy's numbers are data: they load.
+    saved = {**current, "callbacks": {"Mine": {"mean": np.float64(1.5), "count": np.int32(3), "flags": np.ones(2, bool)}}}
+    torch.save(saved, tmp_path / "numpy.pt")
+    state = load_checkpoint(tmp_path / "numpy.pt")["callbacks"]["Mine"]
+    assert state["mean"] == 1.5 and state["count"] == 3 and state["flags"].tolist() == [True, True]
+    torch.save({**current, "callbacks": {"Mine": {"items": np.array([object()])}}}, tmp_path / "objects.pt")
+    with pytest.raises(acer_sync.UserError, match=r"not a plain-data checkpoint \(it holds a numpy\.dtypes\.ObjectDType"):
+        load_checkpoint(tmp_path / "objects.pt")

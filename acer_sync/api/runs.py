@@ -40,7 +40,7 @@ from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
-from acer_sync.training.callbacks import Callback, check_callbacks
+from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
 from acer_sync.training.checkpoint import load_run_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
@@ -136,6 +136,7 @@ def run(
 def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoint, command, commit, on_start,
          settings) -> Outcome:
     callbacks = check_callbacks(callbacks)  # before anything is built or written
+    CallbackList(callbacks).check_state()
     if "torso" in settings and not isinstance(settings["torso"], str):
         settings["torso"] = torso_name(settings["torso"])  # a class: recorded as module:Class
     settings = {

@@ -67,7 +67,8 @@ class Callback:
         return None
 
     def state(self) -> dict:
-        """What the checkpoint keeps of this callback (numbers, strings, lists and dicts)."""
+        """What the checkpoint keeps of this callback: numbers, strings, None, tensors, lists, tuples
+        and dicts (numpy numbers come back as Python numbers, numpy arrays as lists)."""
         return {}
 
     def load_state(self, state: dict) -> None:
@@ -102,6 +103,7 @@ class CallbackList:
     def __init__(self, callbacks: Iterable[Callback] = (), user: Iterable[Callback] = ()):
         self.callbacks = check_callbacks(callbacks)
         self.user = list(user)
+        self._warned: set[str] = set()  # the callbacks whose state was left out, warned once
 
     def _each(self, hook: str, *args) -> Callback | None:
         stopper = None
@@ -134,13 +136,70 @@ class CallbackList:
         if failure is not None:
             raise failure
 
+    def _keys(self) -> list[str]:
+        """Each callback's key in the checkpoint: its class name, and ``Name#2``, ``Name#3``, ... for
+        further instances of a class (checkpoints before 2026-11 had only the first)."""
+        keys, seen = [], {}
+        for callback in self.callbacks:
+            name = type(callback).__name__
+            seen[name] = seen.get(name, 0) + 1
+            keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        return keys
+
     def state(self) -> dict:
-        return {type(c).__name__: c.state() for c in self.callbacks if c.state()}
+        """Each callback's ``state()`` as plain data (:func:`plain_state`), by key. A state that
+        cannot be plain data is left out with a warning: a checkpoint holding it would not load."""
+        states = {}
+        for key, callback in zip(self._keys(), self.callbacks):
+            try:
+                state = plain_state(callback.state(), key)
+            except UserError as error:
+                if key not in self._warned:
+                    log.warning(f"{error}; checkpoints leave it out")
+                    self._warned.add(key)
+                continue
+            if state:
+                states[key] = state
+        return states
+
+    def check_state(self) -> None:
+        """A one-line UserError where a callback's ``state()`` is not plain data now (before a run
+        starts, rather than at its first checkpoint)."""
+        for key, callback in zip(self._keys(), self.callbacks):
+            plain_state(callback.state(), key)
 
     def load_state(self, states: dict) -> None:
-        for callback in self.callbacks:
-            if type(callback).__name__ in states:
-                callback.load_state(states[type(callback).__name__])
+        for key, callback in zip(self._keys(), self.callbacks):
+            if key in states:
+                callback.load_state(states[key])
+
+
+#: What a checkpoint keeps of a callback's state as it is (``torch.load(weights_only=True)`` reads them).
+PLAIN_TYPES = (str, int, float, bool, type(None), torch.Tensor)
+
+
+def plain_state(value, key: str, where: str = ""):
+    """``value`` (a callback's ``state()``) as data a checkpoint loads without running code: numpy
+    numbers become Python numbers and numpy arrays lists (``np.mean`` returns ``np.float64``, which
+    ``weights_only`` refuses, so a checkpoint holding one would not load); dicts, lists, tuples,
+    numbers, strings, None and tensors stay. Anything else is a one-line UserError naming ``key``
+    (the callback) and where in its state the value is."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, PLAIN_TYPES):
+        return value
+    if isinstance(value, dict):
+        return {plain_state(name, key, f"{where} key {name!r}"): plain_state(item, key, f"{where}[{name!r}]")
+                for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [plain_state(item, key, f"{where}[{index}]") for index, item in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    raise UserError(
+        f"callback {key}'s state(){where} is a {type(value).__name__}: a checkpoint keeps only numbers, "
+        "strings, None, tensors, numpy values, lists, tuples and dicts"
+    )
 
 
 def next_multiple(value: int, every: int) -> int:

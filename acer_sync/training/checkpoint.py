@@ -11,7 +11,8 @@ Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
 * ``model_spec`` (every key the network records), ``model``, ``average_model``, ``optimizer``;
 * ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``, ``unlearned_segments``,
   ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
-* ``callbacks``: each callback's own state by name (the best evaluation mean, for ``best.pt``).
+* ``callbacks``: each callback's own state as plain data, by its class name (``Name#2`` for a second
+  one of a class): the best evaluation mean, for ``best.pt``, and the user's callbacks' states.
 
 :func:`load_checkpoint` hands every reader the current format (:data:`FORMAT_VERSION`): :func:`migrate` brings each earlier file up
 to it, in one place, so no reader needs a default for a key that an older version did not write.
@@ -22,12 +23,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import re
 import tempfile
 import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
+import numpy._core.multiarray as np_multiarray
 import torch
 
 from acer_sync.base.config import setting_defaults
@@ -94,6 +97,23 @@ def resolve_checkpoint(path: str | Path) -> Path:
 REQUIRED_KEYS = {"config": dict, "model_spec": dict, "env_id": str, "model": dict}
 
 
+#: numpy's numbers and numeric arrays, which ``weights_only`` reads as data once allowed (torch's
+#: docs allow them so). Checkpoints keep none since callbacks' states are made plain
+#: (``acer_sync.training.callbacks.plain_state``), but one saved before, with a callback's ``np.mean``
+#: in it, loads. Object arrays stay refused: their items could be any object.
+NUMPY_NUMBERS = [np.dtype, np.ndarray, np_multiarray.scalar, np_multiarray._reconstruct] + [
+    type(np.dtype(code)) for code in np.typecodes["AllInteger"] + np.typecodes["AllFloat"] + "?"
+]
+
+
+def refused_object(error: pickle.UnpicklingError) -> str:
+    """What ``weights_only`` refused to build, in a few words (torch's message is a dozen lines,
+    with terminal escapes)."""
+    found = re.search(r"unsupported (?:global: )?GLOBAL (\S+)|but got <class '([^']+)'>", str(error), re.IGNORECASE)
+    name = next((group for group in found.groups() if group), None) if found else None
+    return f"it holds {'a ' + name if name else 'an object'}, which only running code could build"
+
+
 def load_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint with ``weights_only=True`` and bring it to the current format
     (:func:`migrate`); every failure is a one-line UserError."""
@@ -101,14 +121,12 @@ def load_checkpoint(path: str | Path) -> dict:
     try:
         with warnings.catch_warnings():  # a file of another pickle protocol warns before it fails
             warnings.simplefilter("ignore", UserWarning)
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+            with torch.serialization.safe_globals(NUMPY_NUMBERS):
+                payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not zipfile.is_zipfile(path):  # every checkpoint is torch's zip archive: this is some other file
             raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint") from None
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unpickling failed"
-        raise UserError(
-            f"refusing to load {path}: it is not a plain-data checkpoint ({first_line})"
-        ) from None
+        raise UserError(f"refusing to load {path}: it is not a plain-data checkpoint ({refused_object(error)})") from None
     except OSError as error:
         raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile) as error:
