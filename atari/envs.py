@@ -171,8 +171,10 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         )
     try:
         env = gym.make(spec, **env_kwargs) if atari else make_gym_env(env_id, env_kwargs=env_kwargs)
-    except (gym.error.Error, ImportError, TypeError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - the env's own constructor may raise anything (an OSError from a device)
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if not isinstance(error, (gym.error.Error, ImportError, TypeError, ValueError)):
+            first_line = f"{type(error).__name__}: {first_line}"  # not a usage error: its kind says what broke
         made_with = f" with --env-kwargs {kwargs_text(env_kwargs)}" if env_kwargs else ""
         raise UserError(f"cannot build {env_id}{made_with}: {first_line}") from None
     try:
@@ -420,6 +422,7 @@ def _subproc_worker(*worker_args) -> None:
     process, to read the spaces from a dummy env.)
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the script's handler (run_cli)
     _async_worker(*worker_args)
 
 
@@ -629,7 +632,7 @@ class VecEnv:
         except (BrokenPipeError, EOFError, ConnectionResetError):
             self.broken = True
             raise self._dead_worker() from None
-        except (EnvFailed, UserError):
+        except (EnvFailed, UserError, KeyboardInterrupt):  # a Ctrl-C cut the call short: no worker will answer it
             self.broken = True
             raise
         except Exception as error:
@@ -712,6 +715,11 @@ class VecEnv:
     def render(self) -> np.ndarray:
         """The RGB frame of env 0 (needs ``render_mode='rgb_array'`` and the ``sync`` backend)."""
         return self.first_env().render()
+
+    def abort(self) -> None:
+        """Close the envs without waiting on a call that may never be answered (a run that could not start)."""
+        self.broken = True
+        self.close()
 
     def close(self) -> None:
         """Close the envs; after a call failed part-way (a worker died, an env raised or hung),

@@ -6,6 +6,10 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 * ``hang``: sleeps for an hour;
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step).
 
+At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made;
+``raise_at_reset`` raises ``RuntimeError("sensor cable unplugged")`` and ``hang_at_reset`` sleeps for
+an hour in every reset.
+
 ``from_instance`` leaves the first instances made in this process well: with the sync backend,
 the training envs are made first and the evaluation envs after them. ``train.py --env
 faulty_envs:FaultyCartPole-v0 --env-kwargs fault=raise at_step=50`` (with ``tests`` on PYTHONPATH).
@@ -26,11 +30,20 @@ _instances = itertools.count()
 class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0):
         super().__init__(gym.make("CartPole-v1"))
-        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow"):
+        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
         self.steps = 0
+        if self.faulty and fault == "raise_at_init":
+            raise OSError("no such device")
+
+    def reset(self, **kwargs):
+        if self.faulty and self.fault == "raise_at_reset":
+            raise RuntimeError("sensor cable unplugged")
+        if self.faulty and self.fault == "hang_at_reset":
+            time.sleep(3600)
+        return self.env.reset(**kwargs)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)

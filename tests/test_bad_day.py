@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import multiprocessing
 import os
 import pickle
 import resource
@@ -288,6 +289,73 @@ def test_a_hung_env_stops_at_env_timeout_with_a_checkpoint_and_exit_6(tmp_path, 
     line = error_line(result, 6)
     assert line == f"train.py: error: {FAULTY}'s step did not return within --env-timeout 1 s; saved a checkpoint at step 240"
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
+
+
+def test_an_env_whose_constructor_raises_is_one_line_and_exit_2():
+    result = run_train("--env", FAULTY, "--env-kwargs", "fault=raise_at_init", "--total-timesteps", "100")
+    assert error_line(result, 2) == (
+        f"train.py: error: cannot build {FAULTY} with --env-kwargs fault=raise_at_init: OSError: no such device"
+    )
+
+
+@pytest.mark.parametrize("fault, stop, message", [
+    ("raise_at_reset", Stop.ENV_FAILED, f"{faulty_envs.ENV_ID} raised RuntimeError in reset: sensor cable unplugged"),
+    ("hang_at_reset", Stop.ENV_TIMEOUT, f"{faulty_envs.ENV_ID}'s reset did not return within --env-timeout 2 s"),
+])
+def test_an_env_that_fails_its_first_reset_is_a_training_stopped_leaving_no_worker_or_handler(tmp_path, fault, stop, message):
+    # It raised the env's own error, and its workers lived on for as long as the caller held it.
+    alarm_handler = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(acer_sync.TrainingStopped) as stopped:
+        acer_sync.train(faulty_envs.ENV_ID, run_dir=tmp_path / "run", env_kwargs={"fault": fault}, total_timesteps=100,
+                        verbose=0, env_timeout=2, **{**SMALL, "vec_env": "subproc"})
+    assert stopped.value.outcome.stop is stop and str(stopped.value) == f"{message}; the run did not start"
+    assert multiprocessing.active_children() == []
+    assert signal.getsignal(signal.SIGALRM) is alarm_handler
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_while_the_envs_start_is_one_line_exit_130_and_leaves_no_process(tmp_path):
+    # Before the run's own handler was in, a SIGTERM ended train.py by default: exit 143, no line,
+    # and the subproc workers hanging in their first reset orphaned.
+    process = subprocess.Popen(
+        [*TRAIN, "--env", FAULTY, "--env-kwargs", "fault=hang_at_reset", "--vec-env", "subproc", "--num-envs", "2",
+         "--total-timesteps", "1000", "--env-timeout", "0", "--run-dir", str(tmp_path / "run"), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(children_of(process.pid)) < 2:  # the workers, in their reset
+            time.sleep(0.2)
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=40)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and stderr.strip() == "train.py: interrupted by SIGTERM", stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and group_alive(process.pid):
+        time.sleep(0.2)
+    assert not group_alive(process.pid)
+    assert not (tmp_path / "run").exists()
+
+
+def children_of(pid: int) -> list[str]:
+    """The ids of ``pid``'s child processes (Linux)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return path.read_text().split() if path.exists() else []
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is alive (not a zombie)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_path):

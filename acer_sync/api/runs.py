@@ -33,7 +33,7 @@ import numpy as np
 from acer_sync.api.run_metadata import CONFIG_FILE, read_config, write_config
 from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
-from acer_sync.base.errors import UserError, WriteFailed, names_a_path
+from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
@@ -47,6 +47,7 @@ from acer_sync.training.setup import build_trainer
 from acer_sync.training.tracking import check_wandb
 from acer_sync.training.trainer import Trainer
 from atari.envs import EnvInfo, env_info
+from atari.errors import EnvFailed
 
 #: The gymnasium namespace under which env callables are registered.
 CALLABLE_NAMESPACE = "acer_sync-callable"
@@ -60,12 +61,16 @@ class TrainingStopped(RuntimeError):
     written (a full disk), or too many non-finite updates in a row.
 
     ``outcome`` says which (an ``Outcome`` of ``acer_sync.base.outcome``: ``outcome.stop``), and
-    ``outcome.run_dir`` holds the checkpoint: ``acer_sync.train(resume=outcome.run_dir)`` continues the run.
+    ``outcome.run_dir`` holds the checkpoint: ``acer_sync.train(resume=outcome.run_dir)`` continues the run
+    (unless the run never started: an env that failed at its first reset, a config that could not be
+    written; the message says so).
     """
 
     def __init__(self, outcome: Outcome):
         reason = outcome.error or f"{outcome.stop.value} at step {outcome.timesteps}"
-        super().__init__(f"{reason}; continue it with acer_sync.train(resume={str(outcome.run_dir)!r})")
+        if (Path(outcome.run_dir) / "checkpoints" / "latest.pt").is_file():  # not a run that never started
+            reason += f"; continue it with acer_sync.train(resume={str(outcome.run_dir)!r})"
+        super().__init__(reason)
         self.outcome = outcome
 
 
@@ -184,10 +189,16 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             config, info, run_dir, resume=payload, progress_bar=progress_bar, callbacks=callbacks,
             on_progress=on_progress, on_checkpoint=on_checkpoint,
         )
-    except BaseException:
+    except BaseException as error:
         lock.release(remove=bool(created))
         _remove_empty(created)
-        raise
+        if not isinstance(error, EnvFailed):
+            raise
+        # The first reset failed or hung: an outcome like a failure later on (TrainingStopped, exit 3 or 6).
+        if payload is None:
+            return Outcome(env_stop(error), run_dir, 0, f"{error}; the run did not start")
+        step = payload["counters"]["timesteps"]
+        return Outcome(env_stop(error), run_dir, step, f"{error}; checkpoints/latest.pt still holds step {step}")
     log.info(f"run directory: {run_dir}")  # once it holds a run: a start that fails removes what it made
     try:
         if payload is None:

@@ -17,11 +17,11 @@ import time
 from typing import Callable
 
 from acer_sync.base.outcome import Outcome, Stop
-from atari.errors import EnvFailed, EnvTimedOut, UserError
+from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 __all__ = [
     "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "UserError",
-    "WriteFailed", "delivered_again", "exit_code", "print_error", "run_cli", "signal_stop",
+    "WriteFailed", "delivered_again", "env_stop", "exit_code", "names_a_path", "print_error", "run_cli", "signal_stop",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
@@ -82,6 +82,13 @@ EXIT_CODES: dict[Stop, int] = {
 }
 
 
+def env_stop(error: EnvFailed) -> Stop:
+    """Why a run stopped whose env failed with ``error``: it hung, its worker died, or it raised."""
+    if isinstance(error, EnvTimedOut):
+        return Stop.ENV_TIMEOUT
+    return Stop.ENV_DIED if isinstance(error, EnvWorkerDied) else Stop.ENV_FAILED
+
+
 class WriteFailed(Exception):
     """A file could not be written: a full disk, a lost mount, no permission. Its message names
     the path and the cause in one line. Whatever was there before stays whole (files are written
@@ -120,13 +127,14 @@ def exit_code(outcome: Outcome, prog: str) -> int:
 
 def run_cli(main: Callable[[], int | None], prog: str) -> None:
     """Run ``main``; a :class:`UserError` becomes ``prog: error: message`` and exit 2, a
-    :class:`WriteFailed` or a failed env the same line and their exit codes, and a Ctrl-C that
-    ``main`` did not handle itself one line and exit 130, never a traceback.
+    :class:`WriteFailed` or a failed env the same line and their exit codes, and a Ctrl-C or a
+    SIGTERM that ``main`` did not handle itself one line and exit 130, never a traceback.
 
-    The Trainer handles SIGINT itself while it trains, and gives the handler back when it returns.
+    The Trainer handles SIGINT and SIGTERM itself while it trains, and gives the handlers back when it returns.
     run_cli's handler covers the rest of the process's life, the Trainer's teardown included (env
     workers' finalizers run when the Trainer is freed): see :func:`_interrupt`."""
-    signal.signal(signal.SIGINT, _interrupt)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
     try:
         code = main()
     except UserError as error:
@@ -134,20 +142,26 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
         sys.exit(EXIT_USER_ERROR)
     except (WriteFailed, EnvFailed) as error:  # outside a run (play.py): a run turns them into its outcome
         print_error(prog, str(error))
-        stop = Stop.WRITE_FAILED if isinstance(error, WriteFailed) else (
-            Stop.ENV_TIMEOUT if isinstance(error, EnvTimedOut) else Stop.ENV_FAILED)
-        sys.exit(EXIT_CODES[stop])
+        sys.exit(EXIT_CODES[Stop.WRITE_FAILED if isinstance(error, WriteFailed) else env_stop(error)])
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        name = signal.Signals(_last_stop[0]).name if _last_stop is not None else "SIGINT"
+        print(f"{prog}: interrupted" + (f" by {name}" if name != "SIGINT" else ""), file=sys.stderr)
         code = EXIT_INTERRUPTED
     if code == EXIT_INTERRUPTED:
         STOP_SIGNALLED.set()
-        signal.signal(signal.SIGINT, _interrupt)  # main may have put in its own (sweep.py gives Tune its)
+        for signum in STOP_SIGNALS:  # main may have put in its own (sweep.py gives Tune its)
+            signal.signal(signum, _interrupt)
     sys.exit(code or 0)
 
 
+#: The signals that stop a script: a SIGTERM (a batch system's, ``kill``) as a Ctrl-C. Before the
+#: run's own handler was in (start-up) or after it was given back (teardown), a SIGTERM ended the
+#: process by default: exit 143, no line, a ``.lock`` left, and env workers orphaned mid-reset.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _interrupt(signum, frame) -> None:
-    """run_cli's SIGINT handler. A first Ctrl-C is a KeyboardInterrupt, so that what ``main`` was
+    """run_cli's SIGINT and SIGTERM handler. A first Ctrl-C is a KeyboardInterrupt, so that what ``main`` was
     doing unwinds and cleans up. Once the process is stopping (:data:`STOP_SIGNALLED`), a Ctrl-C
     exits 130 there and then: the checkpoint is saved, and what is left is teardown (finalizers
     closing env pipes, atexit), where a KeyboardInterrupt would print a traceback from inside a

@@ -191,26 +191,30 @@ def build_trainer(
     env = VecEnv(
         info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads, timeout=config.env_timeout,
     )
-    acting = ActingCopy(model) if config.pipeline == "overlap" else None
-    # Overlapped, the acting thread samples from a generator of its own (the learner keeps the global ones).
-    generator = torch.Generator(device).manual_seed(config.seed + counters.get("iterations", 0)) if acting else None
-    runner = Runner(  # overlapped, the collecting thread is not timed: the phase timer is the main thread's
-        env, acting.model if acting else model, device, config.nsteps, tracker, fields, None if acting else timer,
-        reward_scale=config.reward_scale, precision=config.precision, generator=generator,
-        stream=acting.stream if acting else None, graph=compiling == "graph" and device.type == "cuda",
-    )
-    runner.reset(seed=config.seed + counters.get("iterations", 0) * config.num_envs)
-    collector = BackgroundCollector(runner.run, info.env_id) if acting else None
+    try:
+        acting = ActingCopy(model) if config.pipeline == "overlap" else None
+        # Overlapped, the acting thread samples from a generator of its own (the learner keeps the global ones).
+        generator = torch.Generator(device).manual_seed(config.seed + counters.get("iterations", 0)) if acting else None
+        runner = Runner(  # overlapped, the collecting thread is not timed: the phase timer is the main thread's
+            env, acting.model if acting else model, device, config.nsteps, tracker, fields, None if acting else timer,
+            reward_scale=config.reward_scale, precision=config.precision, generator=generator,
+            stream=acting.stream if acting else None, graph=compiling == "graph" and device.type == "cuda",
+        )
+        runner.reset(seed=config.seed + counters.get("iterations", 0) * config.num_envs)
+        collector = BackgroundCollector(runner.run, info.env_id) if acting else None
 
-    resume_step = counters["timesteps"] if resume is not None else None
-    if builtin:
-        callback_list = run_callbacks(config, Path(run_dir), resume_step, progress_bar, callbacks, on_progress, on_checkpoint)
-    else:
-        callback_list = CallbackList(callbacks, user=callbacks)
-    if resume is not None:
-        callback_list.load_state(resume["callbacks"])
-    return Trainer(
-        config, info, Path(run_dir),
-        Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer, acting, collector),
-        callback_list, counters, on_close=lambda: torch.set_num_threads(threads_before),
-    )
+        resume_step = counters["timesteps"] if resume is not None else None
+        if builtin:
+            callback_list = run_callbacks(config, Path(run_dir), resume_step, progress_bar, callbacks, on_progress, on_checkpoint)
+        else:
+            callback_list = CallbackList(callbacks, user=callbacks)
+        if resume is not None:
+            callback_list.load_state(resume["callbacks"])
+        return Trainer(
+            config, info, Path(run_dir),
+            Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer, acting, collector),
+            callback_list, counters, on_close=lambda: torch.set_num_threads(threads_before),
+        )
+    except BaseException:  # a first reset that failed, hung or was cut short: no worker is left behind
+        env.abort()
+        raise

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import Config
-from acer_sync.base.errors import WriteFailed
+from acer_sync.base.errors import WriteFailed, env_stop
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.timing import PhaseTimer
@@ -32,7 +32,7 @@ from acer_sync.training.progress import UpdateStats
 from acer_sync.training.signals import STOP_GRACE_SECONDS, GracefulStop
 from atari.envs import EnvInfo, VecEnv
 from atari.episodes import EpisodeTracker
-from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied
+from atari.errors import EnvFailed, EnvTimedOut
 
 
 @dataclass
@@ -211,11 +211,7 @@ class Trainer:
             # The iteration it broke is dropped: the checkpoint holds the last one completed. After
             # a stop signal, an env that hung past the grace period, or workers that the signal
             # ended too (a SIGTERM to the process group), are part of that stop.
-            if stop.signal_name is not None:
-                stop_kind = Stop.INTERRUPTED
-            else:
-                stop_kind = Stop.ENV_TIMEOUT if isinstance(error, EnvTimedOut) else (
-                    Stop.ENV_DIED if isinstance(error, EnvWorkerDied) else Stop.ENV_FAILED)
+            stop_kind = Stop.INTERRUPTED if stop.signal_name is not None else env_stop(error)
             return self._end(self._outcome(stop_kind, f"{error}; saved a checkpoint at step {self.timesteps}"))
         except WriteFailed as error:
             if stop.interrupted_twice:  # the second signal broke the write: train() exits at once
