@@ -181,3 +181,21 @@ def test_categorical_interface_matches_the_discrete_losses():
     close(dist.log_prob(pi, torch.tensor([1])), [math.log(0.5 + losses.PROB_EPS)])
     np.testing.assert_array_equal(dist.forced_stats(np.array([2, 0])), [[0, 0, 1], [1, 0, 0]])
     close(dist.kl(pi, pi), [0.0])
+
+
+def test_gaussian_policy_gain_hand_worked():
+    # Eq. 14's two terms, each with its V baseline (a Monte Carlo test with V = 0 cannot see one
+    # dropped). T = N = 1, c = 1.5; ρ(a) = 2 -> min(c, ρ) = 1.5; ρ(a') = 4 -> [1 - c/ρ']+ = 0.625.
+    # Q^opc = 3, Q~(a') = 5, V = 1; log f(a) = -0.5, log f(a') = -1.
+    #   truncated  = 1.5 (3 - 1)(-0.5)  = -1.5   (d/d log f(a)  = 3)
+    #   correction = 0.625 (5 - 1)(-1)  = -2.5   (d/d log f(a') = 2.5)
+    # Without V in the truncated term it is -2.25; without it in the correction, -3.125.
+    log_prob_taken = torch.tensor([[-0.5]], requires_grad=True)
+    log_prob_sampled = torch.tensor([[-1.0]], requires_grad=True)
+    truncated, correction = losses.gaussian_policy_gain(
+        log_prob_taken, log_prob_sampled, torch.log(torch.tensor([[2.0]])), torch.log(torch.tensor([[4.0]])),
+        torch.tensor([[3.0]]), torch.tensor([[5.0]]), torch.tensor([[1.0]]), c=1.5,
+    )
+    assert math.isclose(truncated.item(), -1.5, rel_tol=1e-6) and math.isclose(correction.item(), -2.5, rel_tol=1e-6)
+    grad_taken, grad_sampled = torch.autograd.grad((truncated + correction).sum(), [log_prob_taken, log_prob_sampled])
+    assert math.isclose(grad_taken.item(), 3.0, rel_tol=1e-6) and math.isclose(grad_sampled.item(), 2.5, rel_tol=1e-6)

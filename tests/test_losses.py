@@ -210,3 +210,22 @@ def test_no_nan_on_degenerate_policies(c, pi_index, mu_index):
     z = losses.trust_region_adjust(grad, k, 1.0)
     for tensor in (q_ret, gain_truncated, gain_correction, grad, k, z, losses.entropy(pi), losses.kl_divergence(mu, pi)):
         assert torch.isfinite(tensor).all(), tensor
+
+
+def test_acer_policy_gain_holds_rho_constant_even_when_given_with_a_graph():
+    # Every factor but log π is a constant of the gradient (eq. 9): a ρ whose graph leads back to π
+    # gives the same gradient, bit for bit, as a detached one.
+    torch.manual_seed(0)
+    pi0 = torch.softmax(torch.randn(2, 3, 4), -1)
+    mu = torch.softmax(torch.randn(2, 3, 4) * 3, -1)  # far from π: many ρ > c
+    q, q_ret = torch.randn(2, 3, 4), torch.randn(2, 3)
+    actions = torch.randint(0, 4, (2, 3))
+    values = (pi0 * q).sum(-1)
+
+    def gradient(rho_with_graph: bool) -> torch.Tensor:
+        pi = pi0.clone().requires_grad_(True)
+        rho = losses.importance_weights(pi if rho_with_graph else pi.detach(), mu)
+        gains = losses.acer_policy_gain(pi, q, values, q_ret, rho, actions, c=1.0)
+        return torch.autograd.grad(sum(gain.sum() for gain in gains), pi)[0]
+
+    torch.testing.assert_close(gradient(True), gradient(False), rtol=0, atol=0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from reference_acer import categorical_forward, categorical_policy, gaussian_advantage, gaussian_policy, gaussian_value
 
-from acer_sync.base.config import build_config
+from acer_sync.base.config import Config, build_config
 from acer_sync.cli import train
 from acer_sync.math import losses
 from acer_sync.nets.build import build_model
@@ -15,11 +15,12 @@ from acer_sync.nets.distributions import distribution_for
 from acer_sync.nets.networks import ActorCriticNet
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields, to_batch
 from acer_sync.rollout.runner import Runner
+from acer_sync.training.acer import ACER
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
-from helpers import categorical_net, gaussian_net, one_line_error, recurrent_net
+from helpers import categorical_net, ff_batch, gaussian_net, one_line_error, random_batch, recurrent_net
 
 
 def hand_set_lstm() -> ActorCriticNet:
@@ -247,3 +248,19 @@ def test_the_classic_preset_with_memory_takes_the_recurrent_settings_unless_told
     assert build_config(True, {"network": "cnn_lstm"}) == dataclasses.replace(build_config(True, {}), network="cnn_lstm")
     continuous = build_config(False, {}, continuous=True)
     assert build_config(False, {"network": "lstm"}, continuous=True) == dataclasses.replace(continuous, network="lstm")
+
+
+def test_the_average_network_replays_from_the_stored_state_too():
+    # A fresh ACER's average network is a copy of the online one: unrolled from the same stored
+    # LSTM state, π_avg = π at every step and the KL (taken before the step) is 0. An average
+    # network replayed from zeros differs on the steps before an episode starts.
+    torch.manual_seed(0)
+    T, N = 4, 3
+    model = recurrent_net((1, 4), 3, "lstm", hidden=(16,), lstm_size=8)
+    with torch.no_grad():
+        model.head.pi.weight.mul_(50)  # π depends strongly on the state
+    agent = ACER(model, Config(env="test", nsteps=T, num_envs=N, hidden="16"))
+    batch = ff_batch(**random_batch(T, N, (1, 4), 3, False, seed=1))
+    generator = torch.Generator().manual_seed(2)
+    batch = batch._replace(state=tuple(torch.randn(N, 8, generator=generator) for _ in range(2)))
+    assert agent.update(batch, lr=1e-3)["kl_avg"].item() == pytest.approx(0.0, abs=1e-6)

@@ -2,6 +2,7 @@
 
 import copy
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -147,6 +148,80 @@ def test_a_terminal_step_is_not_bootstrapped():
         assert segment.dones.any() and not segment.timeout_values.any()  # CartPole falls long before 500 steps
     finally:
         env.close()
+
+
+class EndsAtLimit(gym.Env):
+    """Terminates at step 5, which is also its TimeLimit: gymnasium reports it terminated and truncated."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0, 1.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t, 1.0], np.float32), 1.0, self.t >= 5, False, {}
+
+
+if "EndsAtLimit-v0" not in gym.registry:
+    gym.register("EndsAtLimit-v0", entry_point=EndsAtLimit, max_episode_steps=5)
+
+
+def test_a_step_both_terminated_and_truncated_is_terminal_not_bootstrapped():
+    torch.manual_seed(0)
+    runner, env, _ = runner_for("EndsAtLimit-v0", 2, 10, build_config(False, dict(env="EndsAtLimit-v0", hidden="8")))
+    try:
+        segment = runner.run()
+        assert segment.dones[4].all() and segment.dones[9].all() and not segment.timeout_values.any()
+    finally:
+        env.close()
+
+
+def test_a_recurrent_nets_final_value_continues_the_actors_state():
+    # Pendulum is cut at 200 steps: step 199's V(x_final) is the LSTM's value of the final
+    # observation from the state after observation 199, not from a reset state.
+    torch.manual_seed(0)
+    config = build_config(False, dict(env="Pendulum-v1", network="lstm", hidden="8", lstm_size=8), continuous=True)
+    runner, env, model = runner_for("Pendulum-v1", 2, 50, config)
+    try:
+        last = [runner.run() for _ in range(4)][-1]
+        assert last.dones[49].all()
+        not_first = torch.zeros(2, dtype=torch.bool)
+        final = torch.from_numpy(env.final_frames[:, None])
+        with torch.no_grad():
+            expected = model.value_of(model.step(final, runner.actor.state, not_first)[0]).numpy()
+            from_zeros = model.value_of(model.step(final, model.initial_state(2), not_first)[0]).numpy()
+        assert np.abs(expected - from_zeros).max() > 1e-4  # the check can fail
+        np.testing.assert_allclose(last.timeout_values[49], expected, rtol=1e-5, atol=1e-6)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("device_stack", [False, True], ids=["numpy-stack", "device-stack"])
+def test_the_final_value_of_a_frame_stack_is_its_last_three_frames_and_the_final_one(device_stack):
+    from acer_sync.rollout.actor import Actor
+
+    info = env_info("PongNoFrameskip-v4")
+    assert info.stack == 4
+    torch.manual_seed(0)
+    model = build_model(info, build_config(True, dict(env=info.env_id)))
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (2, *info.frame_shape), dtype=np.uint8) for _ in range(5)]
+    actor = Actor(model, info, 2, torch.device("cpu"), generator=torch.Generator().manual_seed(1), device_stack=device_stack)
+    actor.reset(frames[0])
+    for new in frames[1:]:  # the stack now holds frames 1 to 4
+        actor.act()
+        actor.observe(new, np.zeros(2, bool), np.zeros(2, bool), np.zeros(2, bool))
+    actor.act()
+    final = rng.integers(0, 256, (2, *info.frame_shape), dtype=np.uint8)
+    values = actor.final_values(final, np.array([True, True]))
+    stacked = torch.from_numpy(np.stack([frames[2], frames[3], frames[4], final], axis=1))
+    with torch.no_grad():
+        expected = model.value_of(model.step(stacked, model.initial_state(2), torch.zeros(2, dtype=torch.bool))[0]).numpy()
+    np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_buffer_saved_before_timeout_values_loads_with_zeros():
