@@ -354,3 +354,15 @@ def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
                            eval_every=0, verbose=0)
     result = subprocess.run([*probe, str(flat)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and result.stderr.strip() == f"{flat}: the network has no memory to probe"
+
+
+def test_every_mutant_of_the_math_still_applies_and_one_is_killed():
+    # tools/mutants.py changes the committed source by exact text: a mutant whose line moved is named.
+    listed = subprocess.run([sys.executable, str(ROOT / "tools" / "mutants.py"), "--list"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert len(listed.stdout.splitlines()) == 46
+    killed = subprocess.run([sys.executable, str(ROOT / "tools" / "mutants.py"), "--json", "L16"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    record = json.loads(killed.stdout.splitlines()[0])
+    assert killed.returncode == 0 and record["killed"] and record["by"].startswith("tests/test_losses.py::test_trust_region")
