@@ -224,18 +224,25 @@ def test_a_buffer_from_another_step_is_not_used_and_leftovers_are_removed(run_co
     assert not leftover.exists() and f"removed {leftover}" in said
 
 
-def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_path):
+@pytest.mark.parametrize("first, second, named", [
+    (None, "SIGTERM", "second SIGTERM"), ("SIGTERM", "SIGTERM", "second SIGTERM"), ("SIGINT", "SIGTERM", "SIGTERM after SIGINT"),
+    (None, None, "a KeyboardInterrupt raised in the run"),  # by a callback's code, say: no signal came
+])
+def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_path, first, second, named):
     trainer = cartpole_trainer(tmp_path, total_timesteps=80)
     checkpoints = next(c for c in trainer.callbacks.callbacks if isinstance(c, CheckpointCallback))
 
-    def second_sigterm(*args, **kwargs):
-        trainer.stop.second_signal = "SIGTERM"
+    def interrupted_save(*args, **kwargs):
+        trainer.stop.signal_name, trainer.stop.second_signal = first, second
+        if second is None:
+            raise KeyboardInterrupt
         raise RuntimeError("torch's zip writer, interrupted")
 
-    checkpoints.save = second_sigterm
+    checkpoints.save = interrupted_save
     outcome = trainer.train()
     assert outcome.stop is Stop.INTERRUPTED
-    assert outcome.error == "second SIGTERM: exiting at once; no checkpoint was written"
+    assert outcome.error == f"{named}: exiting at once; no checkpoint was written"
+    trainer.env.close()
 
 
 # --- Env faults --------------------------------------------------------------------------------
@@ -581,3 +588,23 @@ def test_the_apis_wrong_arguments_are_one_line_user_errors(finished_run, call, m
     with pytest.raises(acer_sync.UserError, match=match) as error:
         call(finished_run)
     assert "\n" not in str(error.value)
+
+
+def test_a_damaged_latest_pt_names_the_newest_step_copy_and_that_copy_resumes(run_copy):
+    latest = run_copy / "checkpoints" / LATEST
+    newest = sorted((run_copy / "checkpoints").glob("step_*.pt"))[-1]
+    step = int(newest.stem.removeprefix("step_"))
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
+    refused_resume(run_copy, rf"corrupt or truncated.*; {newest.name} beside it holds step {step}: copy it to latest.pt to go back there$")
+    shutil.copyfile(newest, latest)
+    acer_sync.train(resume=run_copy, total_timesteps=step + 40, verbose=0)
+    assert load_checkpoint(run_copy)["counters"]["timesteps"] == step + 40
+
+
+def test_a_run_directory_without_a_checkpoint_says_there_is_nothing_to_resume(run_copy):
+    # A run that died before its first checkpoint (a kill -9, a full disk): a fresh run was told to
+    # --resume it, and the resume that there was no checkpoint, with no way out named.
+    shutil.rmtree(run_copy / "checkpoints")
+    with pytest.raises(acer_sync.UserError, match=r"holds a run without a checkpoint \(latest.pt is missing.*remove the directory to start there again"):
+        acer_sync.train("CartPole-v1", run_dir=run_copy, total_timesteps=40, verbose=0, **SMALL)
+    refused_resume(run_copy, r"holds no checkpoint \(.*latest.pt is missing\)$")

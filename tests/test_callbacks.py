@@ -233,3 +233,11 @@ def test_a_callback_state_that_is_not_plain_data_is_refused_at_the_start_or_left
     assert load_checkpoint(run_dir)["callbacks"] == {}  # the checkpoint loads, without that state
     warnings = [record.getMessage() for record in caplog.records if "checkpoints leave it out" in record.getMessage()]
     assert len(warnings) == 1  # once, not at every checkpoint
+
+
+def test_a_reward_to_stop_at_that_no_evaluation_can_reach_is_warned_of(tmp_path, caplog):
+    # The default --eval-every 50000 and a run of 40 steps: the evaluation's mean is never read.
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, callbacks=[acer_sync.StopTrainingOnReward(25)],
+                    **{**SMALL, "eval_every": 50_000})
+    assert any("--stop-at-reward 25 follows the evaluation's mean, and no evaluation is due before --total-timesteps 40"
+               in record.getMessage() for record in caplog.records)

@@ -297,8 +297,8 @@ def test_a_second_sigint_during_the_final_save_or_the_env_close_exits_130_in_one
     trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
 
     def second_sigint(*args, **kwargs):
+        trainer.stop.second_signal = "SIGINT"  # what GracefulStop's handler records before it raises
         if where == "save broken":
-            trainer.stop.second_signal = "SIGINT"  # what GracefulStop's handler records before it raises
             raise WriteFailed(tmp_path / "checkpoints" / "latest.pt", RuntimeError("[enforce fail at "
                               "inline_container.cc:672] . unexpected pos 12864 vs 12816"))
         raise KeyboardInterrupt

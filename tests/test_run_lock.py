@@ -49,7 +49,8 @@ def test_a_resume_of_a_run_in_use_is_refused_at_once_and_writes_nothing_and_read
         assert f"is in use by process {first.pid} on " in line and second.stdout == ""
         again = subprocess.run([*TRAIN, "--env", "CartPole-v1", "--run-dir", str(run_dir), "--no-progress"], cwd=ROOT,
                                capture_output=True, text=True, timeout=60)
-        assert "already holds a run" in one_line_error(again)
+        # Named as the resume's refusal names it (it was "already holds a run; continue it with --resume").
+        assert f"is in use by process {first.pid} on " in one_line_error(again) and "pick another --run-dir" in one_line_error(again)
         policy = acer_sync.load(run_dir)  # a reader does not take the lock
         policy.predict(np.zeros(4, np.float32))
         assert first.poll() is None and steps_once_each(run_dir)
@@ -62,6 +63,9 @@ def test_a_resume_of_a_run_in_use_is_refused_at_once_and_writes_nothing_and_read
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert steps_once_each(run_dir) and int(read_progress(run_dir)[-1]["total_timesteps"]) == saved + 200
+    again = subprocess.run([*TRAIN, "--env", "CartPole-v1", "--run-dir", str(run_dir), "--no-progress"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert "already holds a run; continue it with --resume" in one_line_error(again)  # no one holds it now
 
 
 def test_two_runs_started_at_once_on_one_directory_leave_one_run(tmp_path):

@@ -7,7 +7,7 @@ scratch directory, applies the change there, runs the fast tests of the math, an
 some test failed (the mutant is *killed*) or all passed (it *survived*: the tests would not have
 noticed the mistake). The working tree is never touched::
 
-    python tools/mutants.py                 # all of them, about 20 minutes on 2 busy cores
+    python tools/mutants.py                 # all of them: 7 minutes on 2 cores beside a training
     python tools/mutants.py L23 A3          # some
     python tools/mutants.py --list          # what each changes
 

@@ -41,7 +41,7 @@ from acer_sync.nets.build import build_model, model_spec, network_arch, select_d
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
-from acer_sync.training.checkpoint import load_run_checkpoint
+from acer_sync.training.checkpoint import LATEST, load_run_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.tracking import check_wandb
@@ -299,6 +299,10 @@ def refuse_a_run(run_dir: Path) -> None:
     """A UserError where ``run_dir`` already holds a run, or a ``config.json`` a run would
     overwrite (a run writes it only beside its ``progress.csv``, so that one is someone else's)."""
     if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
+        if not (run_dir / "checkpoints" / LATEST).is_file():
+            raise UserError(f"{run_dir} holds a run without a checkpoint ({LATEST} is missing: it stopped before its "
+                            "first, or it was removed), so nothing to resume: remove the directory to start there "
+                            "again, or pick another --run-dir")
         raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick another --run-dir")
     if (run_dir / CONFIG_FILE).exists():
         raise UserError(f"{run_dir} already holds a {CONFIG_FILE}, which a run would overwrite; pick another --run-dir")
@@ -318,6 +322,9 @@ def prepare_run_dir(run_dir: Path) -> list[Path]:
     refuse_traversal(run_dir, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} exists and is not a directory")
+    holder = RunLock.holder(run_dir)  # before the lock is taken: then the lock itself names whoever came since
+    if holder is not None:
+        raise UserError(f"{run_dir} is in use by {holder}, which is training it; pick another --run-dir")
     refuse_a_run(run_dir)
     created = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
     try:

@@ -47,6 +47,22 @@ class RunLock:
         os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         return cls(run_dir, fd)
 
+    @staticmethod
+    def holder(run_dir: Path) -> str | None:
+        """Who holds ``run_dir``'s lock now ("process N on HOST"), or None where no one does;
+        takes nothing (a shared lock tried and let go at once)."""
+        try:
+            fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)  # closing lets go of a shared lock taken
+        return None
+
     def release(self, remove: bool = False) -> None:
         """Unlock; ``remove`` deletes the lock file too (a run that never started, whose empty
         directory is removed)."""

@@ -450,6 +450,15 @@ class StopTrainingOnReward(Callback):
             raise ValueError(f"the reward to stop at must be a finite number, got {threshold}")
         self.threshold = float(threshold)
 
+    def on_training_start(self, trainer) -> None:
+        config = trainer.config
+        if config.eval_every and next_multiple(trainer.timesteps, config.eval_every) > config.total_timesteps:
+            log.warning(
+                f"--stop-at-reward {self.threshold:g} follows the evaluation's mean, and no evaluation is due before "
+                f"--total-timesteps {config.total_timesteps} (--eval-every {config.eval_every}): it will not stop this "
+                "run; lower --eval-every, or set it to 0 to follow the training mean"
+            )
+
     def on_rollout_end(self, trainer, row: dict) -> bool | None:
         if trainer.config.eval_every:
             if not row.get("eval_episodes"):

@@ -21,6 +21,7 @@ to it, in one place, so no reader needs a default for a key that an older versio
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import pickle
 import re
@@ -86,11 +87,23 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.is_dir():
         candidate = path / "checkpoints" / LATEST
         if not candidate.is_file():
-            raise UserError(f"{path} holds no checkpoint ({candidate} is missing)")
+            raise UserError(f"{path} holds no checkpoint ({candidate} is missing){_copy_hint(candidate)}")
         return candidate
     if not path.exists():
         raise UserError(f"checkpoint {path} does not exist")
     return path
+
+
+def _copy_hint(latest: Path) -> str:
+    """Where ``latest`` (a run's ``latest.pt``) is missing or damaged: the newest ``step_*.pt``
+    copy beside it to go back to, in words, or that the run has none."""
+    if latest.name != LATEST:
+        return ""
+    copies = sorted(latest.parent.glob("step_*.pt"))
+    if not copies:
+        return ""
+    step = copies[-1].stem.removeprefix("step_").lstrip("0") or "0"
+    return f"; {copies[-1].name} beside it holds step {step}: copy it to {LATEST} to go back there"
 
 
 #: What a run's checkpoint holds that reading it (play.py, ``acer_sync.load``, resume) needs, and of which type.
@@ -125,14 +138,17 @@ def load_checkpoint(path: str | Path) -> dict:
                 payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not zipfile.is_zipfile(path):  # every checkpoint is torch's zip archive: this is some other file
-            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint") from None
+            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint{_copy_hint(path)}") from None
         raise UserError(f"refusing to load {path}: it is not a plain-data checkpoint ({refused_object(error)})") from None
     except OSError as error:
+        if error.errno == errno.EINVAL:  # torch's zip reader on some truncated files (a CartPole checkpoint cut in half)
+            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated (EINVAL){_copy_hint(path)}") from None
         raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile) as error:
         # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError)
         raise UserError(
             f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint ({type(error).__name__})"
+            f"{_copy_hint(path)}"
         ) from None
     version = payload.get("format") if isinstance(payload, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:

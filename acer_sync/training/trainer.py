@@ -191,8 +191,7 @@ class Trainer:
                 # the vector envs' finalizers terminate their workers.
                 if not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
                     raise
-                second = stop.second_signal or "SIGINT"
-                return self._outcome(Stop.INTERRUPTED, f"second {second}: exiting at once; {self._checkpoint_kept()}")
+                return self._outcome(Stop.INTERRUPTED, f"{self._second_stop()}: exiting at once; {self._checkpoint_kept()}")
 
     def _run(self, stop: GracefulStop) -> Outcome:
         cfg = self.config
@@ -242,6 +241,14 @@ class Trainer:
         finally:
             self.close()
         return outcome
+
+    def _second_stop(self) -> str:
+        """What cut the stop short, in words: "second SIGINT", "SIGTERM after SIGINT", or a
+        KeyboardInterrupt that no signal sent (raised by a callback's code)."""
+        first, second = self.stop.signal_name, self.stop.second_signal
+        if second is None:
+            return "second SIGINT" if first == "SIGINT" else "a KeyboardInterrupt raised in the run"
+        return f"{second} after {first}" if first not in (None, second) else f"second {second}"
 
     def _checkpoint_kept(self) -> str:
         """What the run directory holds to resume from, in words."""
