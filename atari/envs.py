@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 
@@ -171,6 +172,8 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         )
     try:
         env = gym.make(spec, **env_kwargs) if atari else make_gym_env(env_id, env_kwargs=env_kwargs)
+    except UserError:  # what make_gym_env says of the env (not an env, an unsupported space) is said as it is
+        raise
     except Exception as error:  # noqa: BLE001 - the env's own constructor may raise anything (an OSError from a device)
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if not isinstance(error, (gym.error.Error, ImportError, TypeError, ValueError)):
@@ -423,7 +426,21 @@ def _subproc_worker(*worker_args) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the script's handler (run_cli)
-    _async_worker(*worker_args)
+    index, env_fn, pipe, parent_pipe, _, error_queue = worker_args[:6]
+    try:
+        env = env_fn()
+    except Exception as error:  # noqa: BLE001 - gymnasium's worker makes its env outside its error handling
+        # Answer its first command (the space check) as gymnasium's worker answers a failure, so the
+        # trainer raises the env's error in one line rather than a dead pipe and a traceback here.
+        parent_pipe.close()
+        error_queue.put((index, type(error), error, traceback.format_exc()))
+        try:
+            pipe.recv()
+            pipe.send((None, False))
+        except (EOFError, OSError):
+            pass
+        return
+    _async_worker(index, lambda: env, *worker_args[2:])
 
 
 #: The VecEnv whose step or reset is running now (in the main thread), for :func:`end_env_calls_within`.
@@ -573,10 +590,23 @@ class VecEnv:
         elif backend in ("subproc", "sync"):
             same_step = gym.vector.AutoresetMode.SAME_STEP
             fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max, info.env_kwargs)] * num_envs
-            if backend == "subproc":
-                self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
-            else:
-                self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
+            log_level = gym.logger.min_level
+            gym.logger.min_level = gym.logger.ERROR + 1  # gymnasium logs a worker's traceback before raising its error
+            try:
+                if backend == "subproc":
+                    self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
+                else:
+                    self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
+            except UserError:
+                raise
+            except Exception as error:  # noqa: BLE001 - an env that env_info made fails when made again (in a worker)
+                text = str(error).strip()
+                raise EnvFailed(
+                    f"{info.env_id} raised {type(error).__name__} when made for the run"
+                    + (f": {text.splitlines()[0]}" if text else "")
+                ) from None
+            finally:
+                gym.logger.min_level = log_level
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
         self.final_frames = parts.zeros(info.frame_layout, (num_envs,))

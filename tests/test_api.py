@@ -141,7 +141,7 @@ def test_an_id_run_resumes_through_the_api(runs, tmp_path):
 def test_bad_input_is_one_user_error_line_and_leaves_no_directory(tmp_path, capsys, env, settings, message):
     with pytest.raises(acer_sync.UserError) as error:
         acer_sync.train(env, run_dir=tmp_path / "runs" / "run", progress_bar=False, **settings)
-    assert message in str(error.value) and "\n" not in str(error.value)
+    assert message in str(error.value) and "\n" not in str(error.value) and "UserError" not in str(error.value)
     assert list(tmp_path.iterdir()) == []
     no_error_lines(capsys)
 

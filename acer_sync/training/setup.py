@@ -148,50 +148,52 @@ def build_trainer(
     # torch's thread count is the process's: the Trainer gives the caller's back when it closes
     # (the classic and continuous presets set 1, and a library user's process goes on after the run).
     threads_before = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    device = select_device(config.device)
-    timer = timer or PhaseTimer(enabled=False, device=device)
-    sampler = seed_everything(config.seed)
+    with contextlib.ExitStack() as undo:  # what a start that fails takes back: the threads, the envs
+        undo.callback(torch.set_num_threads, threads_before)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        device = select_device(config.device)
+        timer = timer or PhaseTimer(enabled=False, device=device)
+        sampler = seed_everything(config.seed)
 
-    with networks_fit():
-        model = build_model(info, config).to(device)
-    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
-                           frame_parts=info.frame_layout if info.frame_parts else None)
-    buffer_bytes = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
-    storage = replay_device(config, device, buffer_bytes)
-    if storage.type == "cpu":
-        check_buffer_fits(config, buffer_bytes)
-    compiling = compile_mode(config, device.type)
-    if config.compile == "auto" and compiling != "off":
-        log.info(f"--compile auto: the update compiles (a run of {config.total_timesteps:,} steps); its first update "
-                 "waits for the compile, 20-35 s on a CPU (--compile off runs it eagerly)")
-    if compiling == "network":
-        model.compile()  # in place: the state_dict keys stay the same
-    with networks_fit():
-        agent = ACER(model, config, timer, compile_mode=compiling)  # the average network: a second copy
-    warning = slow_bf16_warning(config.precision, device, model)
-    if warning is not None:
-        log.warning(warning)
-    tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
-    steps_per_iteration = config.num_envs * config.nsteps
-    counters = restore(resume, model, agent, tracker, sampler, steps_per_iteration) if resume is not None else {}
+        with networks_fit():
+            model = build_model(info, config).to(device)
+        fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
+                               frame_parts=info.frame_layout if info.frame_parts else None)
+        buffer_bytes = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
+        storage = replay_device(config, device, buffer_bytes)
+        if storage.type == "cpu":
+            check_buffer_fits(config, buffer_bytes)
+        compiling = compile_mode(config, device.type)
+        if config.compile == "auto" and compiling != "off":
+            log.info(f"--compile auto: the update compiles (a run of {config.total_timesteps:,} steps); its first update "
+                     "waits for the compile, 20-35 s on a CPU (--compile off runs it eagerly)")
+        if compiling == "network":
+            model.compile()  # in place: the state_dict keys stay the same
+        with networks_fit():
+            agent = ACER(model, config, timer, compile_mode=compiling)  # the average network: a second copy
+        warning = slow_bf16_warning(config.precision, device, model)
+        if warning is not None:
+            log.warning(warning)
+        tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
+        steps_per_iteration = config.num_envs * config.nsteps
+        counters = restore(resume, model, agent, tracker, sampler, steps_per_iteration) if resume is not None else {}
 
-    buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack, device=storage)
-    per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
-    where = " on the GPU" if storage.type == "cuda" else ""
-    log.info(
-        f"replay buffer{where}: {config.num_envs} envs x {buffer.step_capacity} steps = "
-        f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
-    )
-    if resume is not None:
-        log.info(f"resuming at step {counters['timesteps']}: {load_buffer(run_dir, buffer, counters['timesteps'])}")
-        for leftover in remove_leftovers(run_dir):
-            log.info(f"removed {leftover}, left by a write that was cut short")
-    env = VecEnv(
-        info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads, timeout=config.env_timeout,
-    )
-    try:
+        buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack, device=storage)
+        per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
+        where = " on the GPU" if storage.type == "cuda" else ""
+        log.info(
+            f"replay buffer{where}: {config.num_envs} envs x {buffer.step_capacity} steps = "
+            f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
+        )
+        if resume is not None:
+            log.info(f"resuming at step {counters['timesteps']}: {load_buffer(run_dir, buffer, counters['timesteps'])}")
+            for leftover in remove_leftovers(run_dir):
+                log.info(f"removed {leftover}, left by a write that was cut short")
+        env = VecEnv(
+            info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads, timeout=config.env_timeout,
+        )
+        undo.callback(env.abort)  # a first reset that failed, hung or was cut short: no worker is left behind
         acting = ActingCopy(model) if config.pipeline == "overlap" else None
         # Overlapped, the acting thread samples from a generator of its own (the learner keeps the global ones).
         generator = torch.Generator(device).manual_seed(config.seed + counters.get("iterations", 0)) if acting else None
@@ -210,11 +212,10 @@ def build_trainer(
             callback_list = CallbackList(callbacks, user=callbacks)
         if resume is not None:
             callback_list.load_state(resume["callbacks"])
-        return Trainer(
+        trainer = Trainer(
             config, info, Path(run_dir),
             Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer, acting, collector),
             callback_list, counters, on_close=lambda: torch.set_num_threads(threads_before),
         )
-    except BaseException:  # a first reset that failed, hung or was cut short: no worker is left behind
-        env.abort()
-        raise
+        undo.pop_all()  # started: the Trainer closes them
+        return trainer
