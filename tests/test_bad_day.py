@@ -227,6 +227,7 @@ def test_a_buffer_from_another_step_is_not_used_and_leftovers_are_removed(run_co
 @pytest.mark.parametrize("first, second, named", [
     (None, "SIGTERM", "second SIGTERM"), ("SIGTERM", "SIGTERM", "second SIGTERM"), ("SIGINT", "SIGTERM", "SIGTERM after SIGINT"),
     (None, None, "a KeyboardInterrupt raised in the run"),  # by a callback's code, say: no signal came
+    ("SIGINT", None, "a KeyboardInterrupt raised in the run after SIGINT"),
 ])
 def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_path, first, second, named):
     trainer = cartpole_trainer(tmp_path, total_timesteps=80)
@@ -305,19 +306,38 @@ def test_an_env_whose_constructor_raises_is_one_line_and_exit_2():
     )
 
 
+@pytest.mark.parametrize("backend, first_faulty", [("sync", 1), ("subproc", 2)])
+def test_an_env_that_fails_only_when_made_for_the_run_is_one_line_exit_3_and_leaves_no_worker(tmp_path, backend, first_faulty):
+    # env_info's env (instance 0) is well, as is subproc's in-process one for the spaces (1); the
+    # run's own fail. A subproc worker's failure was a traceback from each worker and one from the pipe.
+    process = subprocess.Popen(
+        [*TRAIN, "--env", FAULTY, "--env-kwargs", "fault=raise_at_init", f"from_instance={first_faulty}", "--vec-env",
+         backend, "--num-envs", "2", "--total-timesteps", "100", "--run-dir", str(tmp_path / "run"), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
+    stdout, stderr = process.communicate(timeout=120)
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    assert error_line(result, 3) == (
+        f"train.py: error: {FAULTY} raised OSError when made for the run: no such device; the run did not start"
+    )
+    assert not group_alive(process.pid) and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("fault, stop, message", [
     ("raise_at_reset", Stop.ENV_FAILED, f"{faulty_envs.ENV_ID} raised RuntimeError in reset: sensor cable unplugged"),
     ("hang_at_reset", Stop.ENV_TIMEOUT, f"{faulty_envs.ENV_ID}'s reset did not return within --env-timeout 2 s"),
 ])
 def test_an_env_that_fails_its_first_reset_is_a_training_stopped_leaving_no_worker_or_handler(tmp_path, fault, stop, message):
     # It raised the env's own error, and its workers lived on for as long as the caller held it.
-    alarm_handler = signal.getsignal(signal.SIGALRM)
+    alarm_handler, threads = signal.getsignal(signal.SIGALRM), torch.get_num_threads()
     with pytest.raises(acer_sync.TrainingStopped) as stopped:
         acer_sync.train(faulty_envs.ENV_ID, run_dir=tmp_path / "run", env_kwargs={"fault": fault}, total_timesteps=100,
                         verbose=0, env_timeout=2, **{**SMALL, "vec_env": "subproc"})
     assert stopped.value.outcome.stop is stop and str(stopped.value) == f"{message}; the run did not start"
     assert multiprocessing.active_children() == []
     assert signal.getsignal(signal.SIGALRM) is alarm_handler
+    assert torch.get_num_threads() == threads  # the run's threads=1 is given back
     assert not (tmp_path / "run").exists()
 
 
@@ -604,7 +624,12 @@ def test_a_damaged_latest_pt_names_the_newest_step_copy_and_that_copy_resumes(ru
 def test_a_run_directory_without_a_checkpoint_says_there_is_nothing_to_resume(run_copy):
     # A run that died before its first checkpoint (a kill -9, a full disk): a fresh run was told to
     # --resume it, and the resume that there was no checkpoint, with no way out named.
+    (run_copy / "checkpoints" / LATEST).unlink()
+    newest = sorted((run_copy / "checkpoints").glob("step_*.pt"))[-1]
+    with pytest.raises(acer_sync.UserError, match=rf"holds a run without a checkpoint \(latest.pt is missing.*\); {newest.name} beside it holds"):
+        acer_sync.train("CartPole-v1", run_dir=run_copy, total_timesteps=40, verbose=0, **SMALL)  # not "remove it": copies
+    refused_resume(run_copy, rf"holds no checkpoint \(.*latest.pt is missing\); {newest.name} beside it holds")
     shutil.rmtree(run_copy / "checkpoints")
-    with pytest.raises(acer_sync.UserError, match=r"holds a run without a checkpoint \(latest.pt is missing.*remove the directory to start there again"):
+    with pytest.raises(acer_sync.UserError, match=r"holds a run without a checkpoint \(latest.pt is missing.*nothing to resume: remove the directory to start there again"):
         acer_sync.train("CartPole-v1", run_dir=run_copy, total_timesteps=40, verbose=0, **SMALL)
     refused_resume(run_copy, r"holds no checkpoint \(.*latest.pt is missing\)$")

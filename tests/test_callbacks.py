@@ -2,6 +2,7 @@
 ``best.pt`` at the best evaluation mean, a reward to stop at, and a checkpoint before a user's
 exception propagates."""
 
+import enum
 import subprocess
 import sys
 
@@ -224,6 +225,39 @@ class Opaque(acer_sync.Callback):
         return {"value": self.value if self.later else object()}
 
 
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Subtle(acer_sync.Callback):
+    """What passed a check by isinstance and made the checkpoint unloadable: an IntEnum, a datetime64, an object array."""
+
+    def __init__(self, bad=None):
+        self.bad = bad
+
+    def on_training_start(self, trainer):
+        self.started = trainer.timesteps
+
+    def state(self):
+        return {"level": Level.LOW, "started": self.started, **({"bad": self.bad} if self.bad is not None else {})}
+
+
+def test_a_state_that_reads_the_run_is_checked_at_checkpoints_and_subclasses_become_plain(tmp_path):
+    # Its state() fails before on_training_start (AttributeError): not a reason to refuse the run.
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=30, callbacks=[Subtle()], **SMALL)
+    state = load_checkpoint(run_dir)["callbacks"]["Subtle"]
+    assert state == {"level": 1, "started": 0} and type(state["level"]) is int
+
+
+@pytest.mark.parametrize("bad, kind", [(np.datetime64("2026-11-26"), "date"), (np.array([object()]), "object")])
+def test_numpy_values_that_are_not_numbers_are_left_out(tmp_path, caplog, bad, kind):
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=30, callbacks=[Subtle(bad)], **SMALL)
+    assert load_checkpoint(run_dir)["callbacks"] == {}
+    assert any("state()['bad']" in record.getMessage() and f"is a {kind}" in record.getMessage() for record in caplog.records)
+
+
 def test_a_callback_state_that_is_not_plain_data_is_refused_at_the_start_or_left_out_later(tmp_path, caplog):
     with pytest.raises(acer_sync.UserError, match=r"callback Opaque's state\(\)\['value'\] is a object: a checkpoint keeps only"):
         acer_sync.train("CartPole-v1", run_dir=tmp_path / "refused", total_timesteps=30, callbacks=[Opaque()], **SMALL)
@@ -241,3 +275,10 @@ def test_a_reward_to_stop_at_that_no_evaluation_can_reach_is_warned_of(tmp_path,
                     **{**SMALL, "eval_every": 50_000})
     assert any("--stop-at-reward 25 follows the evaluation's mean, and no evaluation is due before --total-timesteps 40"
                in record.getMessage() for record in caplog.records)
+
+
+def test_a_reward_to_stop_at_is_not_warned_of_when_the_last_iteration_evaluates(tmp_path, caplog):
+    # 40 steps an iteration: asked for 50, the run ends at 80, where the evaluation every 80 steps comes.
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=50, callbacks=[acer_sync.StopTrainingOnReward(1000)],
+                    **{**SMALL, "num_envs": 4, "nsteps": 10, "eval_every": 80, "eval_episodes": 1})
+    assert not any("--stop-at-reward" in record.getMessage() for record in caplog.records)

@@ -6,6 +6,7 @@ The files under ``tests/data/format1`` were written by earlier versions (its REA
 
 import dataclasses
 import shutil
+import zipfile
 
 import numpy as np
 import pytest
@@ -128,6 +129,19 @@ def test_a_checkpoint_saved_with_numpy_values_in_a_callbacks_state_loads_and_obj
     torch.save(saved, tmp_path / "numpy.pt")
     state = load_checkpoint(tmp_path / "numpy.pt")["callbacks"]["Mine"]
     assert state["mean"] == 1.5 and state["count"] == 3 and state["flags"].tolist() == [True, True]
+    # numpy 1 named its scalar and array builders numpy.core.multiarray: such a file loads too.
+    archive = zipfile.ZipFile(tmp_path / "numpy.pt")
+    with zipfile.ZipFile(tmp_path / "numpy1.pt", "w") as numpy1:
+        for item in archive.infolist():
+            data = archive.read(item.filename)
+            numpy1.writestr(item, data.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+                            if item.filename.endswith("data.pkl") else data)
+    assert load_checkpoint(tmp_path / "numpy1.pt")["callbacks"]["Mine"]["mean"] == 1.5
+    # torch's allowlist is the process's: a caller's own entry stays, and acer_sync's are taken away.
+    with torch.serialization.safe_globals([np.ndarray]):
+        load_checkpoint(tmp_path / "numpy.pt")
+        assert np.ndarray in torch.serialization.get_safe_globals()
+        assert np.dtype not in torch.serialization.get_safe_globals()
     torch.save({**current, "callbacks": {"Mine": {"items": np.array([object()])}}}, tmp_path / "objects.pt")
     with pytest.raises(acer_sync.UserError, match=r"not a plain-data checkpoint \(it holds a numpy\.dtypes\.ObjectDType"):
         load_checkpoint(tmp_path / "objects.pt")

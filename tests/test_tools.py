@@ -17,7 +17,7 @@ import pytest
 from acer_sync.base.config import build_config
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from tools import baselines_curve, forced_steps, life_loss_frames
+from tools import baselines_curve, forced_steps, life_loss_frames, mutants
 from helpers import ROOT
 
 CURVE_STEPS = np.linspace(0, 10_000_000, 100)  # as the benchmark page draws each algorithm
@@ -356,13 +356,15 @@ def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
     assert result.returncode == 1 and result.stderr.strip() == f"{flat}: the network has no memory to probe"
 
 
-def test_every_mutant_of_the_math_still_applies_and_one_is_killed():
+def test_every_mutant_of_the_math_still_applies_and_one_is_killed(monkeypatch, capsys):
     # tools/mutants.py changes the committed source by exact text: a mutant whose line moved is named.
     listed = subprocess.run([sys.executable, str(ROOT / "tools" / "mutants.py"), "--list"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert len(listed.stdout.splitlines()) == 46
-    killed = subprocess.run([sys.executable, str(ROOT / "tools" / "mutants.py"), "--json", "L16"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
-    record = json.loads(killed.stdout.splitlines()[0])
-    assert killed.returncode == 0 and record["killed"] and record["by"].startswith("tests/test_losses.py::test_trust_region")
+    monkeypatch.setattr(mutants, "TESTS", ["tests/test_losses.py"])  # the baseline and the mutant, in seconds
+    assert mutants.main(["--json", "L16"]) == 0
+    record = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert record["killed"] and record["by"].startswith("tests/test_losses.py::test_trust_region")
+    monkeypatch.setattr(mutants, "TESTS", ["tests/no_such_file.py"])  # tests that cannot run kill nothing
+    assert mutants.main(["L16"]) == 2 and "do not pass on the unchanged tree" in capsys.readouterr().err

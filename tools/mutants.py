@@ -11,8 +11,10 @@ noticed the mistake). The working tree is never touched::
     python tools/mutants.py L23 A3          # some
     python tools/mutants.py --list          # what each changes
 
-It exits 1 if a mutant survived, 2 if a mutant's line is no longer in the source (the code moved:
-update its entry). The learning tests are left out (tens of seconds each, and a learning curve is
+It runs the tests on the unchanged tree first: they must pass there, or no kill would mean anything.
+A mutant counts as killed only where a test failed (pytest's exit 1 with a FAILED line), not where
+the tests could not run. It exits 1 if a mutant survived, 2 if the tests fail unchanged or a
+mutant's line is no longer in the committed source (the code moved: update its entry). The learning tests are left out (tens of seconds each, and a learning curve is
 not where a sign error should first be seen); ``EQUIVALENT`` names the mutants that change no
 behaviour a test could see. The audit that wrote this (2026-11-26) found 7 of 46 surviving and
 added a test for each: see docs/development.md.
@@ -164,24 +166,28 @@ def committed_tree(directory: Path) -> None:
         tar.extractall(directory, filter="data")
 
 
+def run_tests(tree: Path) -> tuple[int, list[str]]:
+    """The fast tests on ``tree``, stopping at the first failure: pytest's exit code and the tests
+    that failed."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS, "-k", LEARNING],
+                            cwd=tree, capture_output=True, text=True)
+    return result.returncode, [text.split(" ")[1] for text in result.stdout.splitlines() if text.startswith("FAILED ")]
+
+
 def run_mutant(mutant: Mutant, tree: Path) -> dict:
     path = tree / mutant.path
     source = path.read_text()
-    if source.count(mutant.original) != 1:
-        raise SystemExit(f"mutants.py: error: {mutant.name}'s line is not once in the committed {mutant.path}: commit, or update it")
     line = source[: source.index(mutant.original)].count("\n") + 1
     path.write_text(source.replace(mutant.original, mutant.mutated))
     started = time.monotonic()
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS, "-k", LEARNING],
-            cwd=tree, capture_output=True, text=True,
-        )
+        code, failed = run_tests(tree)
     finally:
         path.write_text(source)
-    failed = [text.split(" ")[1] for text in result.stdout.splitlines() if text.startswith(("FAILED ", "ERROR "))]
-    return {"mutant": mutant.name, "where": f"{mutant.path}:{line}", "what": mutant.what, "killed": result.returncode != 0,
-            "by": failed[0] if failed else "", "seconds": round(time.monotonic() - started)}
+    killed = code == 1 and bool(failed)  # a test failed; an import error or a crash (2-5) kills nothing
+    return {"mutant": mutant.name, "where": f"{mutant.path}:{line}", "what": mutant.what, "killed": killed,
+            "by": failed[0] if failed else f"(pytest exit {code})" if code not in (0, 1) else "",
+            "seconds": round(time.monotonic() - started)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,18 +201,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutants.py: error: no mutant {unknown[0]} (see --list)", file=sys.stderr)
         return 2
     chosen = [mutant for mutant in MUTANTS if not args.names or mutant.name in args.names]
-    stale = [mutant.name for mutant in chosen if (ROOT / mutant.path).read_text().count(mutant.original) != 1]
-    if stale:
-        print(f"mutants.py: error: the line {', '.join(stale)} change is not once in its file: update their entries", file=sys.stderr)
-        return 2
-    if args.list:
-        for mutant in chosen:
-            print(f"{mutant.name:4} {mutant.path:28} {mutant.what}")
-        return 0
     survived = []
     with tempfile.TemporaryDirectory(prefix="acer_mutants.") as scratch:
         tree = Path(scratch)
         committed_tree(tree)
+        stale = [mutant.name for mutant in chosen if (tree / mutant.path).read_text().count(mutant.original) != 1]
+        if stale:
+            print(f"mutants.py: error: the line that {', '.join(stale)} change is not once in the committed source: "
+                  "update their entries", file=sys.stderr)
+            return 2
+        if args.list:
+            for mutant in chosen:
+                print(f"{mutant.name:4} {mutant.path:28} {mutant.what}")
+            return 0
+        code, failed = run_tests(tree)
+        if code != 0:
+            print(f"mutants.py: error: the tests do not pass on the unchanged tree (pytest exit {code}"
+                  + (f", {failed[0]}" if failed else "") + "): fix that first", file=sys.stderr)
+            return 2
         for mutant in chosen:
             record = run_mutant(mutant, tree)
             if args.json:

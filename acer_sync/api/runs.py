@@ -41,7 +41,7 @@ from acer_sync.nets.build import build_model, model_spec, network_arch, select_d
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
-from acer_sync.training.checkpoint import LATEST, load_run_checkpoint
+from acer_sync.training.checkpoint import LATEST, copy_hint, has_checkpoint, latest_checkpoint, load_run_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.tracking import check_wandb
@@ -68,7 +68,7 @@ class TrainingStopped(RuntimeError):
 
     def __init__(self, outcome: Outcome):
         reason = outcome.error or f"{outcome.stop.value} at step {outcome.timesteps}"
-        if (Path(outcome.run_dir) / "checkpoints" / "latest.pt").is_file():  # not a run that never started
+        if has_checkpoint(outcome.run_dir):  # not a run that never started
             reason += f"; continue it with acer_sync.train(resume={str(outcome.run_dir)!r})"
         super().__init__(reason)
         self.outcome = outcome
@@ -299,10 +299,12 @@ def refuse_a_run(run_dir: Path) -> None:
     """A UserError where ``run_dir`` already holds a run, or a ``config.json`` a run would
     overwrite (a run writes it only beside its ``progress.csv``, so that one is someone else's)."""
     if (run_dir / "progress.csv").exists() or (run_dir / "checkpoints").exists():
-        if not (run_dir / "checkpoints" / LATEST).is_file():
+        if not has_checkpoint(run_dir):
+            hint = copy_hint(latest_checkpoint(run_dir))
+            way_out = hint.removeprefix("; ") if hint else (
+                "nothing to resume: remove the directory to start there again, or pick another --run-dir")
             raise UserError(f"{run_dir} holds a run without a checkpoint ({LATEST} is missing: it stopped before its "
-                            "first, or it was removed), so nothing to resume: remove the directory to start there "
-                            "again, or pick another --run-dir")
+                            f"first, or it was removed); {way_out}")
         raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick another --run-dir")
     if (run_dir / CONFIG_FILE).exists():
         raise UserError(f"{run_dir} already holds a {CONFIG_FILE}, which a run would overwrite; pick another --run-dir")

@@ -22,10 +22,11 @@ class Stop(enum.Enum):
     #: An env worker process died; a checkpoint was written first.
     ENV_DIED = "an env worker process died"
     #: An env raised an exception, or returned a non-finite observation or reward (training or
-    #: evaluation); a checkpoint of the last completed iteration was written first.
+    #: evaluation); a checkpoint of the last completed iteration was written first (none where it
+    #: failed when made for the run or in its first reset: the run did not start).
     ENV_FAILED = "an env failed"
     #: An env step or reset did not return within ``env_timeout`` seconds; a checkpoint of the last
-    #: completed iteration was written first.
+    #: completed iteration was written first (none where it hung in its first reset).
     ENV_TIMEOUT = "an env did not answer within env_timeout"
     #: A file of the run could not be written (a full disk, a lost mount, no permission): the
     #: checkpoint written before stays, and nothing was left half-written.

@@ -13,6 +13,7 @@ from acer_sync.base.outcome import Outcome
 from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float
 from acer_sync.cli.plot import read_progress
 from acer_sync.training.callbacks import StopTrainingOnReward
+from acer_sync.training.checkpoint import has_checkpoint, latest_checkpoint
 
 #: What ``train.py`` without ``--env`` says.
 ENV_REQUIRED = (
@@ -73,9 +74,9 @@ def summary_line(outcome: Outcome, prog: str) -> str:
     """The line a run ends with: how it ended, its steps and wall time, the final and best 100-episode
     means of ``progress.csv``, and the checkpoint to play or continue; empty where no checkpoint was
     written (the run did not start)."""
-    checkpoint = outcome.run_dir / "checkpoints" / "latest.pt"
-    if not checkpoint.is_file():
+    if not has_checkpoint(outcome.run_dir):
         return ""
+    checkpoint = latest_checkpoint(outcome.run_dir)
     try:
         columns = read_progress(outcome.run_dir / "progress.csv")
     except UserError:  # no row was written (a run stopped before its first)

@@ -42,7 +42,7 @@ from acer_sync.api.run_metadata import CONFIG_FILE
 from acer_sync.base.config import RESUMABLE_CHANGES, Config
 from acer_sync.base.errors import EXIT_CODES
 from acer_sync.base.outcome import Stop
-from acer_sync.training.checkpoint import LATEST
+from acer_sync.training.checkpoint import has_checkpoint
 from acer_sync.training.trainer import Trainer
 
 #: The start of each line a trial prints for sweep.py's terminal; the trial's name and "] " follow.
@@ -169,7 +169,7 @@ def start_run(trial: dict) -> tuple[Config, Path]:
     config = Config(**trial["config"])
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / "checkpoints" / LATEST).is_file():
+    if not has_checkpoint(run_dir):
         discard_unsaved_start(run_dir)
     return config, run_dir
 
@@ -192,7 +192,7 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
 
     hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint, on_start=on_start)
     try:
-        if (run_dir / "checkpoints" / LATEST).is_file():
+        if has_checkpoint(run_dir):
             # The saved run, with what a resume may change (run length, device, threads, precision) from the sweep.
             outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
         else:

@@ -138,7 +138,8 @@ class CallbackList:
 
     def _keys(self) -> list[str]:
         """Each callback's key in the checkpoint: its class name, and ``Name#2``, ``Name#3``, ... for
-        further instances of a class (checkpoints before 2026-11 had only the first)."""
+        further instances of a class. (Before 2026-11 a class had one key, holding its last
+        instance's state, which every instance took back; now the first instance takes it.)"""
         keys, seen = [], {}
         for callback in self.callbacks:
             name = type(callback).__name__
@@ -164,9 +165,14 @@ class CallbackList:
 
     def check_state(self) -> None:
         """A one-line UserError where a callback's ``state()`` is not plain data now (before a run
-        starts, rather than at its first checkpoint)."""
+        starts, rather than at its first checkpoint). A ``state()`` that cannot answer yet (it reads
+        what ``on_training_start`` sets) is asked again at each checkpoint."""
         for key, callback in zip(self._keys(), self.callbacks):
-            plain_state(callback.state(), key)
+            try:
+                state = callback.state()
+            except Exception:  # noqa: BLE001 - a state that needs the run: the checkpoints check it
+                continue
+            plain_state(state, key)
 
     def load_state(self, states: dict) -> None:
         for key, callback in zip(self._keys(), self.callbacks):
@@ -185,11 +191,14 @@ def plain_state(value, key: str, where: str = ""):
     numbers, strings, None and tensors stay. Anything else is a one-line UserError naming ``key``
     (the callback) and where in its state the value is."""
     if isinstance(value, np.generic):
-        return value.item()
+        return plain_state(value.item(), key, where)  # a datetime64 gives a date: refused below
     if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, PLAIN_TYPES):
+        return plain_state(value.tolist(), key, where)  # an object array's items are checked one by one
+    if type(value) in PLAIN_TYPES or isinstance(value, torch.Tensor):
         return value
+    for plain in (bool, int, float, str):  # a subclass (an IntEnum, a StrEnum) would be pickled as its class
+        if isinstance(value, plain):
+            return plain(value)
     if isinstance(value, dict):
         return {plain_state(name, key, f"{where} key {name!r}"): plain_state(item, key, f"{where}[{name!r}]")
                 for name, item in value.items()}
@@ -451,8 +460,10 @@ class StopTrainingOnReward(Callback):
         self.threshold = float(threshold)
 
     def on_training_start(self, trainer) -> None:
-        config = trainer.config
-        if config.eval_every and next_multiple(trainer.timesteps, config.eval_every) > config.total_timesteps:
+        config, per_iteration = trainer.config, trainer.steps_per_iteration
+        # The run ends after the iteration that reaches total_timesteps, which may go past it.
+        last_step = trainer.timesteps + max(0, -(-(config.total_timesteps - trainer.timesteps) // per_iteration)) * per_iteration
+        if config.eval_every and next_multiple(trainer.timesteps, config.eval_every) > last_step:
             log.warning(
                 f"--stop-at-reward {self.threshold:g} follows the evaluation's mean, and no evaluation is due before "
                 f"--total-timesteps {config.total_timesteps} (--eval-every {config.eval_every}): it will not stop this "

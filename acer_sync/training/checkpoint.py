@@ -20,12 +20,14 @@ to it, in one place, so no reader needs a default for a key that an older versio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
 import pickle
 import re
 import tempfile
+import threading
 import warnings
 import zipfile
 from pathlib import Path
@@ -85,16 +87,26 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise UserError(f"a checkpoint is a run directory or a .pt file, got {path!r}")
     path = Path(path)
     if path.is_dir():
-        candidate = path / "checkpoints" / LATEST
+        candidate = latest_checkpoint(path)
         if not candidate.is_file():
-            raise UserError(f"{path} holds no checkpoint ({candidate} is missing){_copy_hint(candidate)}")
+            raise UserError(f"{path} holds no checkpoint ({candidate} is missing){copy_hint(candidate)}")
         return candidate
     if not path.exists():
         raise UserError(f"checkpoint {path} does not exist")
     return path
 
 
-def _copy_hint(latest: Path) -> str:
+def latest_checkpoint(run_dir: str | Path) -> Path:
+    """The path of ``run_dir``'s ``latest.pt`` (which may not exist)."""
+    return Path(run_dir) / "checkpoints" / LATEST
+
+
+def has_checkpoint(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a checkpoint to play or resume from."""
+    return latest_checkpoint(run_dir).is_file()
+
+
+def copy_hint(latest: Path) -> str:
     """Where ``latest`` (a run's ``latest.pt``) is missing or damaged: the newest ``step_*.pt``
     copy beside it to go back to, in words, or that the run has none."""
     if latest.name != LATEST:
@@ -113,10 +125,24 @@ REQUIRED_KEYS = {"config": dict, "model_spec": dict, "env_id": str, "model": dic
 #: numpy's numbers and numeric arrays, which ``weights_only`` reads as data once allowed (torch's
 #: docs allow them so). Checkpoints keep none since callbacks' states are made plain
 #: (``acer_sync.training.callbacks.plain_state``), but one saved before, with a callback's ``np.mean``
-#: in it, loads. Object arrays stay refused: their items could be any object.
-NUMPY_NUMBERS = [np.dtype, np.ndarray, np_multiarray.scalar, np_multiarray._reconstruct] + [
-    type(np.dtype(code)) for code in np.typecodes["AllInteger"] + np.typecodes["AllFloat"] + "?"
-]
+#: in it, loads. Object arrays stay refused: their items could be any object. numpy 1 pickled two of
+#: them under ``numpy.core``, numpy 2 under ``numpy._core``.
+NUMPY_NUMBERS = [
+    np.dtype, np.ndarray, np_multiarray.scalar, np_multiarray._reconstruct,
+    (np_multiarray.scalar, "numpy.core.multiarray.scalar"), (np_multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+] + [type(np.dtype(code)) for code in np.typecodes["AllInteger"] + np.typecodes["AllFloat"] + "?"]
+#: torch's allowlist is one per process: loads in two threads would take each other's entries away.
+_ALLOWLIST_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def numpy_numbers_allowed():
+    """:data:`NUMPY_NUMBERS` on torch's ``weights_only`` allowlist for the ``with`` block: only those
+    missing from it are added, and only those are taken away after (a caller's own stay)."""
+    with _ALLOWLIST_LOCK:
+        present = torch.serialization.get_safe_globals()
+        with torch.serialization.safe_globals([entry for entry in NUMPY_NUMBERS if entry not in present]):
+            yield
 
 
 def refused_object(error: pickle.UnpicklingError) -> str:
@@ -134,21 +160,22 @@ def load_checkpoint(path: str | Path) -> dict:
     try:
         with warnings.catch_warnings():  # a file of another pickle protocol warns before it fails
             warnings.simplefilter("ignore", UserWarning)
-            with torch.serialization.safe_globals(NUMPY_NUMBERS):
+            with numpy_numbers_allowed():
                 payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not zipfile.is_zipfile(path):  # every checkpoint is torch's zip archive: this is some other file
-            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint{_copy_hint(path)}") from None
+            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint{copy_hint(path)}") from None
         raise UserError(f"refusing to load {path}: it is not a plain-data checkpoint ({refused_object(error)})") from None
     except OSError as error:
         if error.errno == errno.EINVAL:  # torch's zip reader on some truncated files (a CartPole checkpoint cut in half)
-            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated (EINVAL){_copy_hint(path)}") from None
+            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated (EINVAL){copy_hint(path)}") from None
         raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
-    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, zipfile.BadZipFile) as error:
-        # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError)
+    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, MemoryError, zipfile.BadZipFile) as error:
+        # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError;
+        # an array of a size no checkpoint has: MemoryError)
         raise UserError(
             f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint ({type(error).__name__})"
-            f"{_copy_hint(path)}"
+            f"{copy_hint(path)}"
         ) from None
     version = payload.get("format") if isinstance(payload, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:

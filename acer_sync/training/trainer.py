@@ -243,11 +243,12 @@ class Trainer:
         return outcome
 
     def _second_stop(self) -> str:
-        """What cut the stop short, in words: "second SIGINT", "SIGTERM after SIGINT", or a
-        KeyboardInterrupt that no signal sent (raised by a callback's code)."""
+        """What cut the run short, in words: "second SIGINT", "SIGTERM after SIGINT", or a
+        KeyboardInterrupt that no signal sent (raised by a callback's code: GracefulStop names
+        every signal it raises one for)."""
         first, second = self.stop.signal_name, self.stop.second_signal
         if second is None:
-            return "second SIGINT" if first == "SIGINT" else "a KeyboardInterrupt raised in the run"
+            return "a KeyboardInterrupt raised in the run" + (f" after {first}" if first else "")
         return f"{second} after {first}" if first not in (None, second) else f"second {second}"
 
     def _checkpoint_kept(self) -> str:
