@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import multiprocessing
 import os
 import pickle
@@ -633,3 +634,10 @@ def test_a_run_directory_without_a_checkpoint_says_there_is_nothing_to_resume(ru
     with pytest.raises(acer_sync.UserError, match=r"holds a run without a checkpoint \(latest.pt is missing.*nothing to resume: remove the directory to start there again"):
         acer_sync.train("CartPole-v1", run_dir=run_copy, total_timesteps=40, verbose=0, **SMALL)
     refused_resume(run_copy, r"holds no checkpoint \(.*latest.pt is missing\)$")
+
+
+def test_a_resume_writes_a_missing_config_json_again(run_copy):
+    (run_copy / "config.json").unlink()
+    acer_sync.train(resume=run_copy, total_timesteps=520, verbose=0)
+    recorded = json.loads((run_copy / "config.json").read_text())
+    assert recorded["config"]["total_timesteps"] == 520 and recorded["config"]["num_envs"] == SMALL["num_envs"]

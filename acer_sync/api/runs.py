@@ -210,6 +210,12 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 lock.release(remove=bool(created))
                 _remove_empty(created)
                 return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
+        elif not (run_dir / CONFIG_FILE).exists():  # removed by hand: the run's record of its settings
+            try:
+                write_config(run_dir, config, command, commit=commit)
+                log.info(f"{CONFIG_FILE} was missing: written again from the checkpoint's settings")
+            except WriteFailed as error:
+                log.warning(f"{error}; the run goes on without it")
         if on_start is not None:
             on_start(trainer)
         return trainer.train()
