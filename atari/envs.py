@@ -21,6 +21,7 @@ it), is made with the run's ``env_kwargs``, and its observations become frames t
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import os
@@ -515,6 +516,25 @@ def end_env_calls_within(seconds: float, reason: str) -> None:
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
+@contextlib.contextmanager
+def _gym_logger_quiet(quiet: bool = True):
+    """gymnasium's logger silenced for the ``with`` block (where ``quiet``): AsyncVectorEnv logs a
+    worker's traceback before it raises the worker's error again, which is reported in one line."""
+    level = gym.logger.min_level
+    if quiet:
+        gym.logger.min_level = gym.logger.ERROR + 1
+    try:
+        yield
+    finally:
+        gym.logger.min_level = level
+
+
+def _env_raised(env_id: str, error: Exception, when: str) -> EnvFailed:
+    """An env's own exception as this module's error, in one line: "ENV raised TYPE WHEN: its first line"."""
+    text = str(error).strip()
+    return EnvFailed(f"{env_id} raised {type(error).__name__} {when}" + (f": {text.splitlines()[0]}" if text else ""))
+
+
 class VecEnv:
     """A uniform face over the backends.
 
@@ -590,23 +610,16 @@ class VecEnv:
         elif backend in ("subproc", "sync"):
             same_step = gym.vector.AutoresetMode.SAME_STEP
             fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max, info.env_kwargs)] * num_envs
-            log_level = gym.logger.min_level
-            gym.logger.min_level = gym.logger.ERROR + 1  # gymnasium logs a worker's traceback before raising its error
             try:
-                if backend == "subproc":
-                    self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
-                else:
-                    self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
+                with _gym_logger_quiet():
+                    if backend == "subproc":
+                        self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
+                    else:
+                        self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
             except UserError:
                 raise
             except Exception as error:  # noqa: BLE001 - an env that env_info made fails when made again (in a worker)
-                text = str(error).strip()
-                raise EnvFailed(
-                    f"{info.env_id} raised {type(error).__name__} when made for the run"
-                    + (f": {text.splitlines()[0]}" if text else "")
-                ) from None
-            finally:
-                gym.logger.min_level = log_level
+                raise _env_raised(info.env_id, error, "when made for the run") from None
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
         self.final_frames = parts.zeros(info.frame_layout, (num_envs,))
@@ -654,11 +667,9 @@ class VecEnv:
                 self.armed_seconds = self.timeout
                 signal.setitimer(signal.ITIMER_REAL, self.timeout)
         self._calling = what
-        log_level = gym.logger.min_level
-        if self.backend == "subproc":
-            gym.logger.min_level = gym.logger.ERROR + 1
         try:
-            return method(*args, **kwargs)
+            with _gym_logger_quiet(self.backend == "subproc"):
+                return method(*args, **kwargs)
         except (BrokenPipeError, EOFError, ConnectionResetError):
             self.broken = True
             raise self._dead_worker() from None
@@ -667,13 +678,9 @@ class VecEnv:
             raise
         except Exception as error:
             self.broken = True
-            text = str(error).strip()
-            raise EnvFailed(
-                f"{self.info.env_id} raised {type(error).__name__} in {what}" + (f": {text.splitlines()[0]}" if text else "")
-            ) from error
+            raise _env_raised(self.info.env_id, error, f"in {what}") from error
         finally:
             self._calling = ""
-            gym.logger.min_level = log_level
             if main:
                 _CALLING.pop()
                 signal.setitimer(signal.ITIMER_REAL, 0)
