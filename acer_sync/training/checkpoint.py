@@ -108,7 +108,7 @@ def has_checkpoint(run_dir: str | Path) -> bool:
 
 def copy_hint(latest: Path) -> str:
     """Where ``latest`` (a run's ``latest.pt``) is missing or damaged: the newest ``step_*.pt``
-    copy beside it to go back to, in words, or that the run has none."""
+    copy beside it to go back to, as "; ..." to end a message; empty where there is none."""
     if latest.name != LATEST:
         return ""
     copies = sorted(latest.parent.glob("step_*.pt"))
@@ -153,6 +153,14 @@ def refused_object(error: pickle.UnpicklingError) -> str:
     return f"it holds {'a ' + name if name else 'an object'}, which only running code could build"
 
 
+def _unreadable(path: Path, why: str = "") -> UserError:
+    """The one line for a checkpoint file that torch cannot read, with ``why`` (what torch's reader
+    raised) and the step copy to go back to (:func:`copy_hint`)."""
+    return UserError(
+        f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint{f' ({why})' if why else ''}{copy_hint(path)}"
+    )
+
+
 def load_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint with ``weights_only=True`` and bring it to the current format
     (:func:`migrate`); every failure is a one-line UserError."""
@@ -164,19 +172,16 @@ def load_checkpoint(path: str | Path) -> dict:
                 payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not zipfile.is_zipfile(path):  # every checkpoint is torch's zip archive: this is some other file
-            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint{copy_hint(path)}") from None
+            raise _unreadable(path) from None
         raise UserError(f"refusing to load {path}: it is not a plain-data checkpoint ({refused_object(error)})") from None
     except OSError as error:
         if error.errno == errno.EINVAL:  # torch's zip reader on some truncated files (a CartPole checkpoint cut in half)
-            raise UserError(f"cannot read checkpoint {path}: it is corrupt or truncated (EINVAL){copy_hint(path)}") from None
+            raise _unreadable(path, "EINVAL") from None
         raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, MemoryError, zipfile.BadZipFile) as error:
         # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError;
         # an array of a size no checkpoint has: MemoryError)
-        raise UserError(
-            f"cannot read checkpoint {path}: it is corrupt or truncated, or not a checkpoint ({type(error).__name__})"
-            f"{copy_hint(path)}"
-        ) from None
+        raise _unreadable(path, type(error).__name__) from None
     version = payload.get("format") if isinstance(payload, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
         if isinstance(version, int) and version > FORMAT_VERSION:
