@@ -415,9 +415,45 @@ def make_gym_env(
     return env
 
 
+#: The signals a ``subproc`` worker sets its own handlers for, blocked from its fork until it has.
+WORKER_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+#: While :func:`_workers_forking` is open: the forking thread's signal mask before each fork.
+_FORKING: dict = {"open": False, "mask": None}
+
+
+def _block_worker_signals_before_fork() -> None:
+    if _FORKING["open"]:
+        _FORKING["mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
+
+
+def _restore_mask_after_fork() -> None:
+    if _FORKING["open"]:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _FORKING["mask"])
+
+
+os.register_at_fork(before=_block_worker_signals_before_fork, after_in_parent=_restore_mask_after_fork)
+
+
+@contextlib.contextmanager
+def _workers_forking():
+    """Each process forked in the ``with`` block is born with SIGINT and SIGTERM blocked, and the
+    trainer's own mask is restored as soon as the fork returns.
+
+    A forked worker inherits the trainer's handlers (run_cli's SIGTERM handler, the trainer's
+    SIGINT) until :func:`_subproc_worker` replaces them; a signal in between would run the
+    trainer's handler in the worker and print its traceback. Blocked, it waits for the worker's
+    own handlers, which :func:`_subproc_worker` sets before it unblocks them.
+    """
+    _FORKING["open"] = True
+    try:
+        yield
+    finally:
+        _FORKING["open"] = False
+
+
 def _subproc_worker(*worker_args) -> None:
-    """The entry point of each ``subproc`` worker process: ignore SIGINT, then run gymnasium's
-    own worker loop.
+    """The entry point of each ``subproc`` worker process: ignore SIGINT, take SIGTERM's default
+    back, unblock both (:func:`_workers_forking`), then run gymnasium's own worker loop.
 
     A Ctrl-C reaches the whole process group; the workers ignore it so that the trainer can finish
     its update, checkpoint and close them in order. This is AsyncVectorEnv's ``worker`` hook, the
@@ -427,6 +463,7 @@ def _subproc_worker(*worker_args) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the script's handler (run_cli)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_SIGNALS)  # blocked since the fork (_workers_forking)
     index, env_fn, pipe, parent_pipe, _, error_queue = worker_args[:6]
     try:
         env = env_fn()
@@ -613,7 +650,8 @@ class VecEnv:
             try:
                 with _gym_logger_quiet():
                     if backend == "subproc":
-                        self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
+                        with _workers_forking():
+                            self.env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, worker=_subproc_worker)
                     else:
                         self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
             except UserError:

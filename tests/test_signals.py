@@ -164,3 +164,47 @@ def test_the_atari_package_never_imports_the_trainer_package():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             )
             assert not any(name.split(".")[0] == "acer_sync" for name in names), f"{path.name} imports {names}"
+
+
+def test_a_subproc_worker_is_born_with_sigint_and_sigterm_blocked_until_its_own_handlers_are_in(tmp_path, monkeypatch):
+    # A forked worker inherits the trainer's handlers until _subproc_worker replaces them: a SIGTERM
+    # in between ran run_cli's handler in the worker and printed its traceback. The fork now blocks
+    # both signals (a signal sent then waits), and the worker unblocks them once its own are set.
+    import atari.envs as envs
+
+    record, parent, real_signal, real_worker = tmp_path / "masks", os.getpid(), signal.signal, envs._async_worker
+
+    def blocked() -> str:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        return " ".join(sorted(sig.name for sig in envs.WORKER_SIGNALS if sig in held)) or "none"
+
+    def note(moment: str) -> None:
+        if os.getpid() != parent:
+            with record.open("a") as handle:
+                handle.write(f"{os.getpid()} {moment}: {blocked()}\n")
+
+    def recording_signal(signum, handler):
+        if signum == signal.SIGINT:
+            note("before its handlers")
+        return real_signal(signum, handler)
+
+    def recording_worker(*args):
+        note("in gymnasium's worker")
+        return real_worker(*args)
+
+    monkeypatch.setattr(signal, "signal", recording_signal)
+    monkeypatch.setattr(envs, "_async_worker", recording_worker)
+    mask_before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    vec = envs.VecEnv(env_info("CartPole-v1"), 2, "subproc")
+    try:
+        vec.reset(seed=0)
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask_before  # the trainer's own mask is back
+    finally:
+        vec.close()
+    lines = sorted(record.read_text().splitlines())
+    assert [line.split(" ", 1)[1] for line in lines] == ["before its handlers: SIGINT SIGTERM", "in gymnasium's worker: none"] * 2
+    # outside the construction, a fork is untouched
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if blocked() == "none" else 1)
+    assert os.waitpid(pid, 0)[1] == 0
