@@ -108,6 +108,18 @@ def test_play_accepts_a_checkpoint_file(pong_run):
     assert result.returncode == 0, result.stderr
 
 
+def test_play_plays_its_games_in_several_envs_at_once(pong_run, tmp_path):
+    result = run("play.py", pong_run, "--episodes", "3", "--num-envs", "2", "--greedy", "--seed", "1000")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == ["episode 1", "episode 2", "episode 3"]
+    assert lines[-1].startswith("mean score over 3 episodes: ")
+    for flag in (["--video", tmp_path / "games.mp4"], ["--actions", tmp_path / "steps.csv"], ["--render"]):
+        line = one_line_error(run("play.py", pong_run, "--num-envs", "2", *flag))
+        assert line == f"play.py: error: {flag[0]} records one env: leave out --num-envs 2, or {flag[0]}"
+    assert one_line_error(run("play.py", pong_run, "--num-envs", "0")) == "play.py: error: --num-envs must be >= 1"
+
+
 def test_resume_continues_the_run(pong_run, tmp_path):
     import shutil
 

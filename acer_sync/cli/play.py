@@ -1,5 +1,8 @@
 """Watch or record a trained agent: ``python play.py RUN_DIR_OR_CHECKPOINT --episodes 5 --video pong.mp4``.
 
+``--num-envs 20 --episodes 100`` plays the games 20 at a time (the vector env training uses,
+each env a fixed share of the games, as training's evaluation plays them).
+
 ``--actions steps.csv`` logs every agent step: the game, the step (counted from 0 over all the
 games played; the video's frame ``step + 1`` is the one after it, frame 0 the reset's), the action
 the env was given and its name, whether it was forced after a lost life rather than chosen by the
@@ -24,13 +27,16 @@ from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.cli.args import OneLineParser
 from acer_sync.rollout.evaluation import EnvStep, evaluate
 from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, render_headless, video_env
-from atari.envs import EnvInfo, VecEnv, env_info
+from atari.envs import EnvInfo, VecEnv, choose_backend, env_info
 
 
 def parse_args(argv: list[str], prog: str = "play.py"):
     parser = OneLineParser(prog=prog, description="Play full games with a checkpoint and print the raw scores.")
     parser.add_argument("checkpoint", type=Path, help="a run directory (its latest checkpoint) or a checkpoint file")
     parser.add_argument("--episodes", type=int, default=5, help="full games to play (default: 5)")
+    parser.add_argument("--num-envs", type=int, default=1,
+                        help="envs playing the games at once, each a fixed share of them, as training's evaluation "
+                             "plays (default: 1; --video, --actions and --render record one env)")
     parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file")
     parser.add_argument("--actions", type=Path, default=None,
                         help="write one CSV row per agent step to this file (game, step, action, forced, reward, lives, ...)")
@@ -92,6 +98,11 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     if args.episodes < 1:
         raise UserError("--episodes must be >= 1")
+    if args.num_envs < 1:
+        raise UserError("--num-envs must be >= 1")
+    recording = [flag for flag, value in (("--video", args.video), ("--actions", args.actions), ("--render", args.render)) if value]
+    if args.num_envs > 1 and recording:
+        raise UserError(f"{recording[0]} records one env: leave out --num-envs {args.num_envs}, or {recording[0]}")
     if args.render and sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         raise UserError("--render needs a display, and none was found (DISPLAY is not set); record with --video FILE instead")
     if args.video is not None and not args.video.parent.is_dir():
@@ -108,7 +119,8 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         env = video_env(info)
     else:
         try:
-            env = VecEnv(info, 1, "sync", render_mode="human" if args.render else None)
+            backend = choose_backend(info) if args.num_envs > 1 else "sync"
+            env = VecEnv(info, args.num_envs, backend, render_mode="human" if args.render else None)
         except gym.error.DependencyNotInstalled as error:
             raise UserError(f"rendering {info.env_id} needs a missing package: {error}") from None
     recorder = None if args.video is None else VideoRecorder(env, args.video)
