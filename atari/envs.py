@@ -417,18 +417,19 @@ def make_gym_env(
 
 #: The signals a ``subproc`` worker sets its own handlers for, blocked from its fork until it has.
 WORKER_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
-#: While :func:`_workers_forking` is open: the forking thread's signal mask before each fork.
-_FORKING: dict = {"open": False, "mask": None}
+#: Per thread, while :func:`_workers_forking` is open in it: that thread's signal mask at its start.
+_FORKING = threading.local()
 
 
 def _block_worker_signals_before_fork() -> None:
-    if _FORKING["open"]:
-        _FORKING["mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
+    if getattr(_FORKING, "mask", None) is not None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
 
 
 def _restore_mask_after_fork() -> None:
-    if _FORKING["open"]:
-        signal.pthread_sigmask(signal.SIG_SETMASK, _FORKING["mask"])
+    mask = getattr(_FORKING, "mask", None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 os.register_at_fork(before=_block_worker_signals_before_fork, after_in_parent=_restore_mask_after_fork)
@@ -436,19 +437,23 @@ os.register_at_fork(before=_block_worker_signals_before_fork, after_in_parent=_r
 
 @contextlib.contextmanager
 def _workers_forking():
-    """Each process forked in the ``with`` block is born with SIGINT and SIGTERM blocked, and the
-    trainer's own mask is restored as soon as the fork returns.
+    """Each process this thread forks in the ``with`` block is born with SIGINT and SIGTERM
+    blocked; the thread's own mask is restored as soon as the fork returns, and again at the end.
 
     A forked worker inherits the trainer's handlers (run_cli's SIGTERM handler, the trainer's
     SIGINT) until :func:`_subproc_worker` replaces them; a signal in between would run the
     trainer's handler in the worker and print its traceback. Blocked, it waits for the worker's
-    own handlers, which :func:`_subproc_worker` sets before it unblocks them.
+    own handlers, which :func:`_subproc_worker` sets before it unblocks them. Only the thread
+    that opened the block forks blocked (other threads' children are theirs). The restore at the
+    end is ordinary code: a signal that reached the process during a fork, and whose handler ran
+    inside another at-fork hook (where Python drops its exception), cannot leave the mask blocked.
     """
-    _FORKING["open"] = True
+    _FORKING.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask now (blocks nothing more)
     try:
         yield
     finally:
-        _FORKING["open"] = False
+        mask, _FORKING.mask = _FORKING.mask, None
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _subproc_worker(*worker_args) -> None:

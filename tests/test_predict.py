@@ -123,6 +123,11 @@ def test_make_envs_observations_give_one_action_as_the_envs_own_do(trained):
     assert np.ndim(from_frames) == 0 and from_frames == from_raw
 
 
+def test_a_loaded_policy_knows_the_vector_env_its_run_stepped_in(tmp_path):
+    # play.py --num-envs plays in it: an env whose kwargs the ALE vector env cannot take trained in another
+    assert acer_sync.load(acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)).vec_env == "sync"
+
+
 def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_errors(tmp_path):
     policy = acer_sync.load(acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", network="lstm", **SMALL))
     obs = np.zeros(4, np.float32)

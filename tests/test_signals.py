@@ -6,10 +6,12 @@ every phase that builds or uses envs (env creation, the first evaluation, replay
 """
 
 import ast
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -166,6 +168,7 @@ def test_the_atari_package_never_imports_the_trainer_package():
             assert not any(name.split(".")[0] == "acer_sync" for name in names), f"{path.name} imports {names}"
 
 
+@pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="the workers are forked only where fork is the start method")
 def test_a_subproc_worker_is_born_with_sigint_and_sigterm_blocked_until_its_own_handlers_are_in(tmp_path, monkeypatch):
     # A forked worker inherits the trainer's handlers until _subproc_worker replaces them: a SIGTERM
     # in between ran run_cli's handler in the worker and printed its traceback. The fork now blocks
@@ -203,8 +206,25 @@ def test_a_subproc_worker_is_born_with_sigint_and_sigterm_blocked_until_its_own_
         vec.close()
     lines = sorted(record.read_text().splitlines())
     assert [line.split(" ", 1)[1] for line in lines] == ["before its handlers: SIGINT SIGTERM", "in gymnasium's worker: none"] * 2
-    # outside the construction, a fork is untouched
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0 if blocked() == "none" else 1)
-    assert os.waitpid(pid, 0)[1] == 0
+
+    def forked_blocked() -> str:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, blocked().encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        with os.fdopen(read) as pipe:
+            return pipe.read()
+
+    assert forked_blocked() == "none"  # outside the construction, a fork is untouched
+    with envs._workers_forking():
+        assert forked_blocked() == "SIGINT SIGTERM" and blocked() == "none"
+        seen = []  # another thread's fork, while this thread builds its workers, is that thread's own
+        thread = threading.Thread(target=lambda: seen.append(forked_blocked()))
+        thread.start()
+        thread.join()
+        assert seen == ["none"]
+        signal.pthread_sigmask(signal.SIG_BLOCK, envs.WORKER_SIGNALS)  # as if a fork's restore had been cut short
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask_before  # the end of the block restores it anyway

@@ -56,11 +56,13 @@ class Policy:
     :param observation_space: the env's own observation space, where training turned its
         observations into frames of another shape (an int of a Discrete space, a Dict, a Tuple, an
         HWC image: ``atari.envs.adapt_observations``); ``predict`` turns them the same way.
+    :param vec_env: the vector backend the run's envs stepped in (``--vec-env``; "" for the default).
     """
 
     def __init__(
         self, model: Network, distribution: Distribution, env_id: str, device: torch.device,
         env_kwargs: dict | None = None, precision: str = "fp32", observation_space: gym.Space | None = None,
+        vec_env: str = "",
     ):
         self.model = model.eval()
         self.precision = precision
@@ -68,6 +70,7 @@ class Policy:
         self.distribution = distribution
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
+        self.vec_env = vec_env
         self.device = device
         stacked = tuple(model.obs_shape)
         #: The shape of one observation as the env returns it: the frame stack ``[4, 84, 84]``
@@ -217,7 +220,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     n = int(spec["n_actions"])
     distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n)
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
-                  observation_space=info.observation_space if info is not None else None)
+                  observation_space=info.observation_space if info is not None else None, vec_env=str(config.get("vec_env", "")))
 
 
 def _starts(episode_start) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Watch or record a trained agent: ``python play.py RUN_DIR_OR_CHECKPOINT --episodes 5 --video pong.mp4``.
 
-``--num-envs 20 --episodes 100`` plays the games 20 at a time (the vector env training uses,
-each env a fixed share of the games, as training's evaluation plays them).
+``--num-envs 20 --episodes 100`` plays the games 20 at a time, in the vector env the run trained
+in, each env a fixed share of the games, as training's evaluation plays them (their scores are
+printed in the order the games end).
 
 ``--actions steps.csv`` logs every agent step: the game, the step (counted from 0 over all the
 games played; the video's frame ``step + 1`` is the one after it, frame 0 the reset's), the action
@@ -35,8 +36,8 @@ def parse_args(argv: list[str], prog: str = "play.py"):
     parser.add_argument("checkpoint", type=Path, help="a run directory (its latest checkpoint) or a checkpoint file")
     parser.add_argument("--episodes", type=int, default=5, help="full games to play (default: 5)")
     parser.add_argument("--num-envs", type=int, default=1,
-                        help="envs playing the games at once, each a fixed share of them, as training's evaluation "
-                             "plays (default: 1; --video, --actions and --render record one env)")
+                        help="envs playing the games at once, in the run's vector env, each a fixed share of them, as "
+                             "training's evaluation plays (default: 1; --video, --actions and --render need one)")
     parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file")
     parser.add_argument("--actions", type=Path, default=None,
                         help="write one CSV row per agent step to this file (game, step, action, forced, reward, lives, ...)")
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         raise UserError("--num-envs must be >= 1")
     recording = [flag for flag, value in (("--video", args.video), ("--actions", args.actions), ("--render", args.render)) if value]
     if args.num_envs > 1 and recording:
-        raise UserError(f"{recording[0]} records one env: leave out --num-envs {args.num_envs}, or {recording[0]}")
+        raise UserError(f"{recording[0]} records one env and cannot be combined with --num-envs {args.num_envs}")
     if args.render and sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         raise UserError("--render needs a display, and none was found (DISPLAY is not set); record with --video FILE instead")
     if args.video is not None and not args.video.parent.is_dir():
@@ -119,8 +120,9 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         env = video_env(info)
     else:
         try:
-            backend = choose_backend(info) if args.num_envs > 1 else "sync"
-            env = VecEnv(info, args.num_envs, backend, render_mode="human" if args.render else None)
+            num_envs = min(args.num_envs, args.episodes)  # an env with no game to play is not started
+            backend = choose_backend(info, policy.vec_env) if num_envs > 1 else "sync"
+            env = VecEnv(info, num_envs, backend, render_mode="human" if args.render else None)
         except gym.error.DependencyNotInstalled as error:
             raise UserError(f"rendering {info.env_id} needs a missing package: {error}") from None
     recorder = None if args.video is None else VideoRecorder(env, args.video)
