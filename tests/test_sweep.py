@@ -160,6 +160,37 @@ def test_the_trials_one_line_events_reach_sweep_pys_terminal(sweep_scenario):
     assert len(trial_processes(log, SEED0)) == 1 and len(trial_processes(log, SEED1)) == 2
 
 
+#: sweep.py with ``ray.shutdown`` ending the process once Ray is down, as a segfault inside it did
+#: once (exit -11 after a lost node, tests/test_cluster.py): nothing the driver does after it runs.
+DIES_IN_RAY_SHUTDOWN = """\
+import os, sys
+import ray
+shut_down = ray.shutdown
+def shutdown_then_die(*args, **kwargs):
+    shut_down(*args, **kwargs)
+    sys.stdout.flush()
+    os._exit(139)
+ray.shutdown = shutdown_then_die
+from acer_sync.__main__ import run_command
+run_command("sweep", sys.argv[1:], "sweep.py")
+"""
+
+
+def test_the_summary_is_written_before_ray_shuts_down(sweep_scenario):
+    sweep_dir = sweep_scenario["sweep_dir"]
+    summary_file = sweep_dir / "summary.md"
+    written = summary_file.read_text()
+    summary_file.unlink()
+    sweep_file = sweep_dir.parent.parent / "pair.yaml"
+    result = subprocess.run(
+        [sys.executable, "-c", DIES_IN_RAY_SHUTDOWN, str(sweep_file), "--runs-dir", str(sweep_dir.parent)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 139, result.stdout + result.stderr
+    assert summary_file.read_text() == written
+    assert f"wrote {summary_file}" in result.stdout
+
+
 STOP_YAML = """\
 name: stop
 envs: [CartPole-v1]

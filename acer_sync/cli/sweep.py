@@ -55,9 +55,11 @@ def main(argv: list[str] | None = None, prog: str = "sweep.py") -> int:
     from acer_sync.sweeps.launch import run_sweep
     from acer_sync.sweeps.summary import write_summary
 
-    outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address, args.stop_wait)
-    summary = write_summary(sweep, (args.runs_dir / sweep.name).resolve(), outcomes)
-    print(f"wrote {summary}", flush=True)
+    def report(outcomes):  # while Ray is still up: its teardown can crash the driver
+        summary = write_summary(sweep, (args.runs_dir / sweep.name).resolve(), outcomes)
+        print(f"wrote {summary}", flush=True)
+
+    outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address, args.stop_wait, report)
     failed = [outcome for outcome in outcomes if outcome.status == "failed"]
     for outcome in failed:
         print_error(prog, f"trial {outcome.name} failed: {outcome.error}")

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -423,9 +424,14 @@ def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverCo
 
 def run_sweep(
     sweep: Sweep, sweep_file: Path, runs_dir: Path, address: str | None, stop_wait: float | None = None,
+    report: Callable[[list[TrialOutcome]], object] | None = None,
 ) -> list[TrialOutcome]:
     """Run (or continue) ``sweep`` under ``runs_dir/<name>/``; how each trial ended. A Ctrl-C waits
-    up to ``stop_wait`` seconds (default :data:`STOP_WAIT_SECONDS`) for the running trials to save."""
+    up to ``stop_wait`` seconds (default :data:`STOP_WAIT_SECONDS`) for the running trials to save.
+
+    ``report`` gets the outcomes once Tune is done and before Ray shuts down: a driver that Ray's
+    own teardown kills (a segfault inside ``ray.shutdown()``, seen once after a node was lost)
+    has written what ``report`` writes by then."""
     sweep_dir = (runs_dir / sweep.name).resolve()
     if address is None:
         check_a_trial_fits(sweep)  # before the sweep's directory records it
@@ -448,14 +454,16 @@ def run_sweep(
             finally:
                 signal.signal(signal.SIGINT, sigint_handler)  # Tune's (and StopTrialsOnInterrupt's) end with fit()
             errors = {result.config["trial"]["name"]: result.error for result in results if result.error is not None}
+        outcomes = []
+        for trial in sweep.trials:
+            if trial.name in errors:
+                outcomes.append(TrialOutcome(trial.name, "failed", one_line(str(errors[trial.name]))))
+            elif final_steps(sweep_dir / trial.name) >= trial.config.total_timesteps:
+                outcomes.append(TrialOutcome(trial.name, "finished"))
+            else:
+                outcomes.append(TrialOutcome(trial.name, "unfinished"))
+        if report is not None:
+            report(outcomes)
     finally:
         ray.shutdown()
-    outcomes = []
-    for trial in sweep.trials:
-        if trial.name in errors:
-            outcomes.append(TrialOutcome(trial.name, "failed", one_line(str(errors[trial.name]))))
-        elif final_steps(sweep_dir / trial.name) >= trial.config.total_timesteps:
-            outcomes.append(TrialOutcome(trial.name, "finished"))
-        else:
-            outcomes.append(TrialOutcome(trial.name, "unfinished"))
     return outcomes
