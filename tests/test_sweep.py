@@ -177,18 +177,24 @@ run_command("sweep", sys.argv[1:], "sweep.py")
 
 
 def test_the_summary_is_written_before_ray_shuts_down(sweep_scenario):
-    sweep_dir = sweep_scenario["sweep_dir"]
+    second, sweep_dir = sweep_scenario["second"], sweep_scenario["sweep_dir"]
+    assert second.returncode == 0, second.stdout + second.stderr  # finished: this run trains nothing
     summary_file = sweep_dir / "summary.md"
     written = summary_file.read_text()
     summary_file.unlink()
-    sweep_file = sweep_dir.parent.parent / "pair.yaml"
-    result = subprocess.run(
-        [sys.executable, "-c", DIES_IN_RAY_SHUTDOWN, str(sweep_file), "--runs-dir", str(sweep_dir.parent)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 139, result.stdout + result.stderr
-    assert summary_file.read_text() == written
-    assert f"wrote {summary_file}" in result.stdout
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", DIES_IN_RAY_SHUTDOWN, str(sweep_dir.parent.parent / "pair.yaml"),
+             "--runs-dir", str(sweep_dir.parent)],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )
+        assert result.returncode == 139, result.stdout + result.stderr
+        assert summary_file.is_file(), result.stdout + result.stderr
+        assert summary_file.read_text() == written
+        assert f"wrote {summary_file}" in result.stdout
+    finally:
+        if not summary_file.is_file():  # for the other tests of the scenario
+            summary_file.write_text(written)
 
 
 STOP_YAML = """\
@@ -448,6 +454,17 @@ def test_interim_summary_marks_unfinished_trials_and_leaves_them_out_of_the_mean
     assert f"| {SEED0} | finished | 2,000 | 100.00 |" in summary
     assert f"| {SEED1} | unfinished | 400 of 2,000 | 10.00 |" in summary
     assert "**CartPole-v1_seeds: mean of 1 of 2 seeds: those not finished are left out** |  |  | 100.00 |" in summary
+
+
+def test_a_summary_that_cannot_be_written_is_a_write_failed_naming_it(tmp_path, capsys):
+    from acer_sync.base.errors import WriteFailed
+    from acer_sync.sweeps.launch import TrialOutcome
+    from acer_sync.sweeps.summary import write_summary
+
+    sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 2000}\n"))
+    with pytest.raises(WriteFailed, match=r"cannot write .*gone/summary.md: No such file or directory"):
+        write_summary(sweep, tmp_path / "gone", [TrialOutcome(SEED0, "unfinished"), TrialOutcome(SEED1, "unfinished")])
+    assert f"| {SEED0} | unfinished |" in capsys.readouterr().out  # printed all the same
 
 
 def test_address_without_a_runs_dir_is_refused_before_joining(tmp_path):

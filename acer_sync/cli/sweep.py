@@ -55,18 +55,19 @@ def main(argv: list[str] | None = None, prog: str = "sweep.py") -> int:
     from acer_sync.sweeps.launch import run_sweep
     from acer_sync.sweeps.summary import write_summary
 
-    def report(outcomes):  # while Ray is still up: its teardown can crash the driver
+    def report(outcomes):  # while Ray is still up: its teardown has crashed the driver
         summary = write_summary(sweep, (args.runs_dir / sweep.name).resolve(), outcomes)
         print(f"wrote {summary}", flush=True)
+        for outcome in outcomes:
+            if outcome.status == "failed":
+                print_error(prog, f"trial {outcome.name} failed: {outcome.error}")
+        unfinished = sum(outcome.status == "unfinished" for outcome in outcomes)
+        if unfinished:
+            print(f"{prog}: interrupted with {unfinished} trial(s) unfinished; run the same command again to continue",
+                  file=sys.stderr, flush=True)
 
-    outcomes = run_sweep(sweep, args.sweep_file, args.runs_dir, args.address, args.stop_wait, report)
-    failed = [outcome for outcome in outcomes if outcome.status == "failed"]
-    for outcome in failed:
-        print_error(prog, f"trial {outcome.name} failed: {outcome.error}")
-    unfinished = [outcome for outcome in outcomes if outcome.status == "unfinished"]
-    if unfinished:
-        print(f"{prog}: interrupted with {len(unfinished)} trial(s) unfinished; run the same command again to continue",
-              file=sys.stderr, flush=True)
+    statuses = {outcome.status for outcome in run_sweep(sweep, args.sweep_file, args.runs_dir, args.address, args.stop_wait, report)}
+    if "unfinished" in statuses:
         return EXIT_INTERRUPTED
-    return EXIT_TRIAL_FAILED if failed else 0
+    return EXIT_TRIAL_FAILED if "failed" in statuses else 0
 

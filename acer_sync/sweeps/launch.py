@@ -429,9 +429,9 @@ def run_sweep(
     """Run (or continue) ``sweep`` under ``runs_dir/<name>/``; how each trial ended. A Ctrl-C waits
     up to ``stop_wait`` seconds (default :data:`STOP_WAIT_SECONDS`) for the running trials to save.
 
-    ``report`` gets the outcomes once Tune is done and before Ray shuts down: a driver that Ray's
-    own teardown kills (a segfault inside ``ray.shutdown()``, seen once after a node was lost)
-    has written what ``report`` writes by then."""
+    ``report`` is called with the outcomes when Tune's ``fit()`` returns, before ``ray.shutdown()``,
+    so what it writes and prints survives a crash in Ray's teardown (a segfault inside
+    ``ray.shutdown()``, seen once after a node was lost)."""
     sweep_dir = (runs_dir / sweep.name).resolve()
     if address is None:
         check_a_trial_fits(sweep)  # before the sweep's directory records it

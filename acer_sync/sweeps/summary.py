@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.api.scores import human_normalized
+from acer_sync.base.errors import WriteFailed
 from acer_sync.sweeps.launch import TrialOutcome
 from acer_sync.sweeps.spec import Sweep
+from acer_sync.training.checkpoint import atomic_write
 
 SUMMARY_FILE = "summary.md"
 
@@ -105,9 +107,13 @@ def summary_markdown(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]
 
 
 def write_summary(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]) -> Path:
-    """Print the summary and write it as ``summary.md`` beside the trials; returns its path."""
+    """Print the summary and write it as ``summary.md`` beside the trials (atomically; a
+    :class:`WriteFailed` if it cannot); returns its path."""
     text = summary_markdown(sweep, sweep_dir, outcomes)
-    path = sweep_dir / SUMMARY_FILE
-    path.write_text(text)
     print(text, flush=True)
+    path = sweep_dir / SUMMARY_FILE
+    try:
+        atomic_write(path, lambda handle: handle.write(text.encode()))
+    except OSError as error:
+        raise WriteFailed(path, error) from None
     return path
