@@ -13,8 +13,7 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import Config
-from acer_sync.base.errors import WriteFailed
-from acer_sync.training.checkpoint import atomic_write
+from acer_sync.training.checkpoint import atomic_write_text
 
 CONFIG_FILE = "config.json"
 
@@ -56,10 +55,7 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
         "command": argv,
     }
     text = json.dumps(payload, indent=2, default=str)
-    try:
-        atomic_write(run_dir / CONFIG_FILE, lambda handle: handle.write(text.encode()))
-    except OSError as error:
-        raise WriteFailed(run_dir / CONFIG_FILE, error) from None
+    atomic_write_text(run_dir / CONFIG_FILE, text)
 
 
 def read_config(run_dir: Path) -> dict | None:

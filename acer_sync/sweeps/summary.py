@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.api.scores import human_normalized
-from acer_sync.base.errors import WriteFailed
 from acer_sync.sweeps.launch import TrialOutcome
 from acer_sync.sweeps.spec import Sweep
-from acer_sync.training.checkpoint import atomic_write
+from acer_sync.training.checkpoint import atomic_write_text
 
 SUMMARY_FILE = "summary.md"
 
@@ -112,8 +111,5 @@ def write_summary(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]) -
     text = summary_markdown(sweep, sweep_dir, outcomes)
     print(text, flush=True)
     path = sweep_dir / SUMMARY_FILE
-    try:
-        atomic_write(path, lambda handle: handle.write(text.encode()))
-    except OSError as error:
-        raise WriteFailed(path, error) from None
+    atomic_write_text(path, text)
     return path

@@ -71,6 +71,15 @@ def atomic_write(path: Path, write) -> None:
         os.close(dir_fd)
 
 
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with :func:`atomic_write`; a :class:`WriteFailed` naming the path
+    and the cause if it cannot."""
+    try:
+        atomic_write(path, lambda handle: handle.write(text.encode()))
+    except OSError as error:
+        raise WriteFailed(path, error) from None
+
 def save_checkpoint(path: Path, payload: dict) -> None:
     """Write ``payload`` to ``path`` atomically; a :class:`WriteFailed` naming the path and the
     cause if it cannot (torch's zip writer turns the OS's error into a RuntimeError)."""
