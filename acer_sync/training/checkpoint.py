@@ -71,7 +71,6 @@ def atomic_write(path: Path, write) -> None:
         os.close(dir_fd)
 
 
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` with :func:`atomic_write`; a :class:`WriteFailed` naming the path
     and the cause if it cannot."""
@@ -79,6 +78,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         atomic_write(path, lambda handle: handle.write(text.encode()))
     except OSError as error:
         raise WriteFailed(path, error) from None
+
 
 def save_checkpoint(path: Path, payload: dict) -> None:
     """Write ``payload`` to ``path`` atomically; a :class:`WriteFailed` naming the path and the

@@ -10,7 +10,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 
 from acer_sync.base.errors import UserError, WriteFailed
-from acer_sync.training.checkpoint import atomic_write
+from acer_sync.training.checkpoint import atomic_write_text
 
 
 def _quiet_tensorboard_thread(args) -> None:
@@ -118,7 +118,7 @@ def drop_rows_after(csv_path: Path, step: int) -> None:
         if line.endswith("\n") and len(cells) == len(header) and _step(cells[step_column]) <= step:
             kept.append(line)
     if len(kept) < len(lines):
-        atomic_write(csv_path, lambda handle: handle.write("".join(kept).encode()))
+        atomic_write_text(csv_path, "".join(kept))
 
 
 def _step(text: str) -> float:
