@@ -350,6 +350,19 @@ def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
     assert lines[0] == f"{recurrent}: 30 steps of 2 envs"
     assert [line.split()[0] for line in lines[1:6]] == ["features", "h", "c", "pi", "q"]
     assert "π's entropy" in lines[6] and "(uniform: 0.6931)" in lines[6]
+    assert all(" constant " in line for line in lines[1:6])
+    # --states-from: another checkpoint plays and this one is probed on its states (here the same one,
+    # so the figures are its own), and a checkpoint of another env is refused in one line.
+    played = subprocess.run([*probe, str(recurrent), "--steps", "30", "--envs", "2", "--states-from", str(recurrent)],
+                            capture_output=True, text=True, timeout=120)
+    assert played.returncode == 0, played.stderr
+    assert played.stdout.splitlines()[0] == f"{recurrent}: 30 steps of 2 envs played by {recurrent}"
+    assert played.stdout.splitlines()[1:6] == lines[1:6]
+    other = acer_sync.train("Acrobot-v1", run_dir=tmp_path / "acrobot", total_timesteps=40, num_envs=2, nsteps=10,
+                            eval_every=0, verbose=0)
+    refused = subprocess.run([*probe, str(recurrent), "--states-from", str(other)], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 1 and refused.stderr.strip() == f"{other} plays Acrobot-v1, {recurrent} CartPole-v1"
     flat = acer_sync.train("CartPole-v1", run_dir=tmp_path / "mlp", total_timesteps=80, num_envs=2, nsteps=10,
                            eval_every=0, verbose=0)
     result = subprocess.run([*probe, str(flat)], capture_output=True, text=True, timeout=120)
