@@ -30,12 +30,18 @@ from acer_sync.nets.precision import autocast  # noqa: E402
 
 
 def probe_step(model, precision: str, obs: np.ndarray, first: torch.Tensor, state: tuple) -> tuple:
-    """One step of ``model`` on observations ``[n, ...]``: its features, next state, π and Q (float32)."""
-    with autocast(torch.device("cpu"), precision == "bf16"):
-        features = model.torso(torch.as_tensor(obs))
-        h_out, state = model.memory.unroll(features.reshape(1, len(obs), -1), first.unsqueeze(0), state)
-        pi, q = model(h_out)
-    return features.float(), tuple(part.float() for part in state), pi.float(), q.float()
+    """One step of ``model`` on observations ``[n, ...]``, through ``model.step`` as acting takes it
+    (observation normalizer, torso, memory): the torso's features, caught on their way, the next
+    state, π and Q (float32)."""
+    caught = []
+    hook = model.torso.register_forward_hook(lambda module, inputs, output: caught.append(output))
+    try:
+        with autocast(torch.device("cpu"), precision == "bf16"):
+            h_out, state = model.step(torch.as_tensor(obs), state, first)
+            pi, q = model(h_out)
+    finally:
+        hook.remove()
+    return caught[0].float(), tuple(part.float() for part in state), pi.float(), q.float()
 
 
 def main() -> None:
