@@ -369,6 +369,31 @@ def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):
     assert result.returncode == 1 and result.stderr.strip() == f"{flat}: the network has no memory to probe"
 
 
+def test_lstm_probe_steps_through_the_observation_normalizer(tmp_path):
+    # A --normalize-obs recurrent network acts on normalized observations: the probe's features are the
+    # torso's on those, as acting computes them, not on the raw observations.
+    import torch
+
+    import acer_sync
+    from tools.lstm_probe import probe_step
+
+    run = acer_sync.train("CartPole-v1", run_dir=tmp_path / "norm", network="lstm", lstm_size=8, hidden="8",
+                          normalize_obs=True, total_timesteps=80, num_envs=2, nsteps=10, eval_every=0, verbose=0)
+    model = acer_sync.load(run).model.eval()
+    assert model.normalizer is not None and float(model.normalizer.var.sub(1).abs().max()) > 0.01
+    obs = np.array([[0.5, -1.0, 0.1, 2.0], [-0.3, 0.4, -0.05, -1.5]], dtype=np.float32)
+    first = torch.ones(2, dtype=torch.bool)
+    with torch.no_grad():
+        features, state, pi, q = probe_step(model, "fp32", obs, first, model.initial_state(2))
+        normalized = model.torso(model.normalizer(torch.as_tensor(obs)))
+        raw = model.torso(torch.as_tensor(obs))
+        h_out, stepped = model.step(torch.as_tensor(obs), model.initial_state(2), first)
+        expected_pi, expected_q = model(h_out)
+    assert torch.equal(features, normalized) and not torch.allclose(features, raw)
+    assert all(torch.equal(part, expected) for part, expected in zip(state, stepped))
+    assert torch.equal(pi, expected_pi) and torch.equal(q, expected_q)
+
+
 def test_every_mutant_of_the_math_still_applies_and_one_is_killed(monkeypatch, capsys):
     # tools/mutants.py changes the committed source by exact text: a mutant whose line moved is named.
     listed = subprocess.run([sys.executable, str(ROOT / "tools" / "mutants.py"), "--list"], cwd=ROOT, capture_output=True,
