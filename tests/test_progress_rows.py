@@ -72,3 +72,29 @@ def test_the_default_writes_the_first_row_within_a_minute():
 def test_bad_log_seconds_is_refused(value):
     problems = validate(build_config(False, dict(log_seconds=value)))
     assert any(problem.startswith("--log-seconds") for problem in problems), problems
+
+
+def test_a_row_keeps_the_mean_and_the_largest_gradient_norm_of_its_updates():
+    # One update's spike shows in grad_norm_max, where the row's mean would dilute it.
+    import torch
+
+    from acer_sync.training.acer import UPDATE_STATS
+    from acer_sync.training.progress import UpdateStats
+
+    def update(grad_norm: float) -> dict:
+        return {name: torch.tensor(grad_norm if name == "grad_norm" else 1.0) for name in UPDATE_STATS}
+
+    stats = UpdateStats()
+    for grad_norm in (1.0, 5.0, 2.0):
+        stats.add(update(grad_norm), off_policy=False)
+    stats.add(update(3.0), off_policy=True)
+    means = stats.means()
+    assert means["grad_norm"] == pytest.approx(8.0 / 3.0) and means["grad_norm_max"] == 5.0
+    assert means["off_grad_norm"] == 3.0 and means["off_grad_norm_max"] == 3.0
+    names = list(means)
+    assert names.index("grad_norm_max") == names.index("grad_norm") + 1
+    assert names.index("off_grad_norm_max") == names.index("off_grad_norm") + 1
+    stats.reset()
+    stats.add(update(0.5), off_policy=False)
+    means = stats.means()
+    assert means["grad_norm_max"] == 0.5 and means["off_grad_norm_max"] != means["off_grad_norm_max"]  # NaN: none ran

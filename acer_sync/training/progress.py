@@ -12,31 +12,44 @@ from acer_sync.training.acer import UPDATE_STATS
 
 class UpdateStats:
     """Sums of each update's statistics, on-policy and off-policy apart, since the last progress
-    row: one tensor of :data:`UPDATE_STATS` each, on the device, added to once an update and read
-    from the host once a row."""
+    row, and the largest gradient norm among them: tensors on the device, added to once an update
+    and read from the host once a row. The largest norm tells one update that spiked from many
+    moderate ones, which a row's mean (of about a dozen updates) cannot."""
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}
+        self.largest_grad_norm: dict[str, torch.Tensor] = {}
         self.counts = {"on": 0, "off": 0}
 
     def add(self, stats: dict[str, torch.Tensor], off_policy: bool) -> None:
         kind = "off" if off_policy else "on"
         values = torch.stack([stats[name].detach().float() for name in UPDATE_STATS])
-        self.sums[kind] = self.sums[kind] + values if kind in self.sums else values
+        grad_norm = values[UPDATE_STATS.index("grad_norm")]
+        if kind in self.sums:
+            self.sums[kind] = self.sums[kind] + values
+            self.largest_grad_norm[kind] = torch.maximum(self.largest_grad_norm[kind], grad_norm)
+        else:
+            self.sums[kind], self.largest_grad_norm[kind] = values, grad_norm
         self.counts[kind] += 1
 
     def means(self) -> dict[str, float]:
-        """Each statistic's mean over the updates since :meth:`reset` (NaN where none ran)."""
+        """Each statistic's mean over the updates since :meth:`reset`, and after ``grad_norm`` the
+        largest, ``grad_norm_max`` (NaN where none ran)."""
         means = {}
         for kind, prefix in (("on", ""), ("off", "off_")):
             count = self.counts[kind]
-            totals = self.sums[kind].tolist() if count else [float("nan")] * len(UPDATE_STATS)
+            if count:
+                *totals, largest = torch.cat([self.sums[kind], self.largest_grad_norm[kind].unsqueeze(0)]).tolist()
+            else:
+                totals, largest = [float("nan")] * len(UPDATE_STATS), float("nan")
             for name, total in zip(UPDATE_STATS, totals):
                 if name != "nonfinite":
                     means[prefix + name] = total / count if count else float("nan")
+                if name == "grad_norm":
+                    means[prefix + "grad_norm_max"] = largest
         return means
 
 
