@@ -36,7 +36,7 @@ from acer_sync.base.config_file import check_setting, env_settings_line, load_en
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
-from acer_sync.base.run_lock import RunLock
+from acer_sync.base.run_lock import LOCK_FILE, RunLock
 from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
@@ -157,11 +157,15 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         refuse_traversal(resume, "--resume")
         if not resume.is_dir():
             raise UserError(f"--resume {resume}: no such run directory")
-        lock = RunLock.acquire(resume)  # before the checkpoint is read: another writer may be saving it
+        locked_before = (resume / LOCK_FILE).exists()  # a lock file this start makes goes if it fails
+        try:
+            lock = RunLock.acquire(resume)  # before the checkpoint is read: another writer may be saving it
+        except WriteFailed as error:
+            return Outcome(Stop.WRITE_FAILED, resume, 0, f"{error}; the run was not resumed")
         try:
             config, info, payload = resumed_run(resume, env, settings)
         except BaseException:
-            lock.release()
+            lock.release(remove=not locked_before)  # --resume of a directory that holds no run writes nothing
             raise
         run_dir, created = resume, []
     else:
@@ -180,7 +184,11 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         check_config(config, info)
         run_dir = run_dir if run_dir is not None else default_run_dir(config)
         created = prepare_run_dir(run_dir)
-        lock = RunLock.acquire(run_dir)
+        try:
+            lock = RunLock.acquire(run_dir)
+        except WriteFailed as error:
+            _remove_empty(created)
+            return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
         payload = None
     try:
         if payload is None:
@@ -192,6 +200,10 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
     except BaseException as error:
         lock.release(remove=bool(created))
         _remove_empty(created)
+        if isinstance(error, WriteFailed):  # a full disk, say, while the run's files were being made
+            started = payload["counters"]["timesteps"] if payload is not None else 0
+            return Outcome(Stop.WRITE_FAILED, run_dir, started,
+                           f"{error}; the run did not " + ("resume" if payload is not None else "start"))
         if not isinstance(error, EnvFailed):
             raise
         # The first reset failed or hung: an outcome like a failure later on (TrainingStopped, exit 3 or 6).
@@ -339,8 +351,11 @@ def prepare_run_dir(run_dir: Path) -> list[Path]:
         run_dir.mkdir(parents=True, exist_ok=True)
         # A probe of its own: two runs started at once on one directory must not delete each other's.
         fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=run_dir)
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.write(fd, b"\n")  # an empty file needs no space: a full disk fails only a write
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as error:
         _remove_empty(created)
         raise UserError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None

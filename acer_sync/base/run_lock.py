@@ -1,7 +1,11 @@
 """One writer per run directory: an OS file lock (``flock``) on ``RUN_DIR/.lock``, held for the whole run.
 
 The kernel drops the lock when its process ends, however it ends (``kill -9`` included), so a dead
-run never leaves a directory locked. A second training or ``--resume`` of a locked directory is
+run never leaves a directory locked. A ``flock`` belongs to the open file, which a forked process
+shares: a ``subproc`` env worker, forked while the lock is held, would keep it after the trainer's
+death for as long as it lives (a hung one for good), so forked children close their copy at once
+(:func:`os.register_at_fork`). On a filesystem without ``flock`` (Lustre mounted ``noflock``, some
+FUSE and SMB mounts) the run goes on unlocked, with a warning. A second training or ``--resume`` of a locked directory is
 refused at once, naming the process that holds it; readers (``play.py``, ``acer_sync.load``) never
 take the lock. The file stays after the run (removing it would race with a process about to lock
 it); it holds the PID and host of its last holder, for the refusal's message.
@@ -9,17 +13,38 @@ it); it holds the PID and host of its last holder, for the refusal's message.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
 import time
 from pathlib import Path
 
-from acer_sync.base.errors import UserError
+from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.base.log import log
 
 LOCK_FILE = ".lock"
 #: How many times :meth:`RunLock.acquire` tries again, 10 ms apart, before it calls the directory in use.
 PROBE_RETRIES = 5
+#: The errors of ``flock`` on a filesystem that has no such locks.
+NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+#: The lock files this process holds open: a forked child closes them (:func:`_close_in_child`).
+_held: set[int] = set()
+
+
+def _close_in_child() -> None:
+    """In a forked child: let go of the parent's lock files, which would otherwise keep the locks
+    held after the parent's death (a ``flock`` is the open file's, shared with the child)."""
+    for fd in _held:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 def _holder_text(fd: int) -> str:
@@ -36,8 +61,10 @@ class RunLock:
 
     @classmethod
     def acquire(cls, run_dir: Path) -> "RunLock":
-        """Lock ``run_dir``; a one-line UserError naming the holder where another process has it."""
+        """Lock ``run_dir``; a one-line UserError naming the holder where another process has it, a
+        :class:`WriteFailed` where the holder's line cannot be written (a lock file it made is removed)."""
         path = Path(run_dir) / LOCK_FILE
+        existed = path.exists()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
@@ -49,6 +76,13 @@ class RunLock:
             except BlockingIOError:
                 if attempt < PROBE_RETRIES:  # perhaps another start's probe (:meth:`holder`), held for microseconds
                     time.sleep(0.01)
+            except OSError as error:
+                if error.errno not in NO_LOCKS:
+                    os.close(fd)
+                    raise UserError(f"cannot lock run directory {run_dir}: {error.strerror or error}") from None
+                log.warning(f"cannot lock run directory {run_dir} ({error.strerror}): its filesystem has no file "
+                            "locks, so nothing stops a second process from training it at the same time")
+                break
         else:
             holder = _holder_text(fd)
             os.close(fd)
@@ -56,9 +90,15 @@ class RunLock:
                 f"{run_dir} is in use by {holder}: one process trains a run directory at a time "
                 "(wait for it to end, or stop it, then --resume)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        return cls(run_dir, fd)
+        _held.add(fd)
+        lock = cls(run_dir, fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except OSError as error:  # a full disk, say
+            lock.release(remove=not existed)
+            raise WriteFailed(path, error) from None
+        return lock
 
     @staticmethod
     def holder(run_dir: Path) -> str | None:
@@ -72,6 +112,8 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return _holder_text(fd)
+        except OSError:  # no file locks on this filesystem: no one can be known to hold it
+            return None
         finally:
             os.close(fd)  # closing lets go of a shared lock taken
         return None
@@ -83,6 +125,10 @@ class RunLock:
             return
         if remove:
             self.path.unlink(missing_ok=True)
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        _held.discard(self.fd)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        except OSError:  # never locked: a filesystem without file locks
+            pass
         os.close(self.fd)
         self.fd = -1

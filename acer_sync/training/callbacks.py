@@ -227,7 +227,10 @@ class CheckpointCallback(Callback):
         self.directory = Path(run_dir) / "checkpoints"
         self.config = config
         self.on_checkpoint = on_checkpoint
-        self.directory.mkdir(exist_ok=True)
+        try:
+            self.directory.mkdir(exist_ok=True)
+        except OSError as error:  # a full disk, say: the start fails in one line (WRITE_FAILED)
+            raise WriteFailed(self.directory, error) from None
         self.next_checkpoint = 0
 
     def on_training_start(self, trainer) -> None:
