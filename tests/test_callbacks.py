@@ -12,7 +12,7 @@ import pytest
 import acer_sync
 from acer_sync.api import runs as api
 from acer_sync.base.outcome import Stop
-from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
 from helpers import ROOT, read_progress
 
 SMALL = dict(vec_env="sync", device="cpu", num_envs=2, nsteps=5, buffer_size=100, replay_start=20, eval_every=0,
@@ -118,6 +118,33 @@ def test_best_pt_holds_the_best_evaluation_and_its_mean_survives_a_resume(tmp_pa
     means = [float(row["eval_mean"]) for row in evaluations]
     best_step = int(evaluations[means.index(max(means))]["total_timesteps"])
     assert load_checkpoint(run_dir / "checkpoints" / "best.pt")["counters"]["timesteps"] == best_step
+
+
+def test_a_run_killed_between_a_new_best_and_its_checkpoint_keeps_best_pt_on_resume(tmp_path):
+    # best.pt is written at the evaluation, its mean reaches latest.pt at the next checkpoint: after
+    # a kill in between, latest.pt records an older, lower best mean (0 here; best.pt's is set far
+    # above any CartPole score), and the resumed run replaced best.pt at its first evaluation.
+    run_dir = tmp_path / "run"
+    settings = {**SMALL, "eval_every": 40, "eval_episodes": 2, "log_interval": 1000}
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=200, **settings)
+    best, latest = run_dir / "checkpoints" / "best.pt", run_dir / "checkpoints" / "latest.pt"
+    for path, mean in ((best, 1e9), (latest, 0.0)):
+        payload = load_checkpoint(path)
+        payload["callbacks"]["EvalCallback"]["best_mean"] = mean
+        save_checkpoint(path, payload)
+    best_step = load_checkpoint(best)["counters"]["timesteps"]
+    acer_sync.train(resume=run_dir, total_timesteps=320, progress_bar=False)
+    assert len([row for row in read_progress(run_dir) if int(row["eval_episodes"])]) == 8
+    assert load_checkpoint(best)["counters"]["timesteps"] == best_step
+    assert load_checkpoint(latest)["callbacks"]["EvalCallback"]["best_mean"] == 1e9
+    payload = load_checkpoint(latest)
+    del payload["callbacks"]["EvalCallback"]  # killed before any checkpoint recorded a best mean
+    save_checkpoint(latest, payload)
+    acer_sync.train(resume=run_dir, total_timesteps=360, progress_bar=False)
+    assert load_checkpoint(best)["counters"]["timesteps"] == best_step
+    best.write_bytes(b"damaged")  # one that cannot be read is replaced at the next evaluation
+    acer_sync.train(resume=run_dir, total_timesteps=400, progress_bar=False)
+    assert load_checkpoint(best)["counters"]["timesteps"] == 400
 
 
 def test_an_evaluation_due_when_a_stop_signal_comes_is_skipped(tmp_path):

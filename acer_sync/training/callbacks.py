@@ -38,7 +38,7 @@ from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.rollout.evaluation import evaluate
 from acer_sync.rollout.video import VideoRecorder, video_env
-from acer_sync.training.checkpoint import BEST, LATEST, save_buffer, save_checkpoint, trainer_payload
+from acer_sync.training.checkpoint import BEST, LATEST, load_checkpoint, save_buffer, save_checkpoint, trainer_payload
 from acer_sync.training.logger import Logger
 from acer_sync.training.progress import progress_row
 from atari.envs import VecEnv
@@ -268,6 +268,25 @@ class CheckpointCallback(Callback):
     def save_best(self, trainer) -> None:
         save_checkpoint(self.directory / BEST, trainer_payload(trainer))
 
+    def saved_best_mean(self, key: str, best_mean: float) -> float:
+        """The best mean to go on from: ``best_mean`` (``latest.pt``'s), or the higher one that
+        ``best.pt`` records under the evaluation callback's ``key``; nan where ``best.pt`` cannot be
+        read, so that the next evaluation replaces it. ``best.pt`` is written at the evaluation, the
+        best mean reaches ``latest.pt`` at the next checkpoint: a run killed between the two resumes
+        with an older, lower best mean, and without this replaced ``best.pt`` with a worse policy."""
+        path = self.directory / BEST
+        if not path.exists():
+            return best_mean
+        try:
+            states = load_checkpoint(path).get("callbacks", {})
+        except UserError as error:
+            log.warning(f"{error}; the next evaluation replaces it")
+            return math.nan
+        saved = states.get(key, {}).get("best_mean") if isinstance(states, dict) else None
+        if not isinstance(saved, (int, float)) or isinstance(saved, bool) or math.isnan(saved):
+            return best_mean
+        return float(saved) if math.isnan(best_mean) or saved > best_mean else best_mean
+
 
 class EvalCallback(Callback):
     """Every ``eval_every`` steps, ``eval_episodes`` full games in envs of their own, with the
@@ -296,6 +315,8 @@ class EvalCallback(Callback):
         self.generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 1)
         self.video_generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 2)
         self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
+        if self.checkpoints is not None:
+            self.best_mean = self.checkpoints.saved_best_mean(type(self).__name__, self.best_mean)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         # An evaluation due in the iteration a stop signal came in is skipped: it would hold the
