@@ -616,6 +616,7 @@ class VecEnv:
         #: the SIGCONTs seen when it was armed (:func:`_on_alarm`).
         self.armed_seconds, self.confirming, self.continues_seen = 0.0, False, 0
         self._calling = ""
+        self.call_started = 0.0
         self._alarm = False  # whether this VecEnv holds the SIGALRM handler (made in the main thread)
         layout = info.frame_layout
         layouts = layout.values() if isinstance(layout, dict) else [layout]
@@ -709,6 +710,7 @@ class VecEnv:
                 self.expiry_reason = f"did not return within --env-timeout {self.timeout:g} s"
                 self.armed_seconds = self.timeout
                 signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self.call_started = time.monotonic()
         self._calling = what
         try:
             with _gym_logger_quiet(self.backend == "subproc"):
@@ -727,6 +729,12 @@ class VecEnv:
             if main:
                 _CALLING.pop()
                 signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def current_call(self) -> tuple[str, float] | None:
+        """The env call running now, in any thread: ``("step" or "reset", its time.monotonic() start)``,
+        or None. A collecting thread has no SIGALRM timer: its waiter times the call with this."""
+        what, started = self._calling, self.call_started
+        return (what, started) if what else None
 
     def expire(self) -> None:
         """End the call running now with :class:`EnvTimedOut` (from the SIGALRM handler)."""

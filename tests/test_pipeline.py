@@ -88,25 +88,65 @@ def test_the_acting_copy_takes_the_weights_and_gives_back_the_normalizers_statis
     assert online.normalizer.count.item() > 1
 
 
+class Calls:
+    """An env's calls as a collecting thread makes them: ``call(seconds)`` is a step that takes that
+    long (``hang`` one that returns when ``release`` is set), announced as VecEnv.current_call does."""
+
+    def __init__(self):
+        self.running: tuple[str, float] | None = None
+        self.release = threading.Event()
+
+    def call(self, seconds: float | None) -> None:
+        self.running = ("step", time.monotonic())
+        self.release.wait(seconds)
+        self.running = None
+
+    def collector(self, steps: list[float | None], env_id: str = "Hangs-v0") -> BackgroundCollector:
+        def collect():
+            for seconds in steps:
+                self.call(seconds)
+            return "segment"
+
+        collector = BackgroundCollector(collect, env_id, lambda: self.running)
+        collector.start()
+        return collector
+
+
 def test_a_collection_that_hangs_is_given_up_at_the_timeout_or_after_a_stop():
-    release = threading.Event()
-    collector = BackgroundCollector(lambda: release.wait(30), "Hangs-v0")
-    collector.start()
+    calls = Calls()
+    collector = calls.collector([None])
     started = time.monotonic()
     with pytest.raises(EnvTimedOut, match=r"^Hangs-v0's step did not return within --env-timeout 0.3 s$"):
         collector.wait(0.3, lambda: None, 10.0)
     assert time.monotonic() - started < 5
     with pytest.raises(EnvTimedOut, match=r"^Hangs-v0's step had not returned 10 s after SIGTERM$"):
         collector.wait(0, lambda: ("SIGTERM", time.monotonic() - 11), 10.0)
-    release.set()
+    calls.release.set()
 
     def fails():
         raise EnvFailed("Breaks-v0 raised RuntimeError in step: no")
 
-    failing = BackgroundCollector(fails, "Breaks-v0")
+    failing = BackgroundCollector(fails, "Breaks-v0", lambda: None)
     failing.start()
     with pytest.raises(EnvFailed, match="^Breaks-v0 raised RuntimeError in step: no$"):
         failing.wait(0, lambda: None, 10.0)
+
+
+def test_the_timeout_and_the_stop_grace_are_each_env_calls_as_in_serial_mode():
+    # --env-timeout is the time one env step may take, not a segment's collection: 8 healthy steps
+    # of 0.15 s outlast a timeout of 0.5 s together.
+    assert Calls().collector([0.15] * 8).wait(0.5, lambda: None, 10.0) == "segment"
+    # After a stop, the step running then gets the grace; the segment's later steps get the timeout.
+    signal_time = time.monotonic()
+    collector = Calls().collector([0.15] * 8)
+    assert collector.wait(0.5, lambda: ("SIGINT", signal_time), 0.3) == "segment"
+    calls = Calls()
+    collector = calls.collector([0.15, None])
+    time.sleep(0.05)
+    signal_time = time.monotonic()
+    with pytest.raises(EnvTimedOut, match=r"^Hangs-v0's step did not return within --env-timeout 0.5 s$"):
+        collector.wait(0.5, lambda: ("SIGINT", signal_time), 0.3)  # the hung step began after the signal
+    calls.release.set()
 
 
 def run_train(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -128,7 +168,9 @@ def test_an_env_fault_in_the_collecting_thread_stops_as_in_serial_mode(tmp_path,
     assert result.returncode == code, result.stderr
     # Each env's step 130 falls in the 7th segment, collected while the 6th was learned from.
     assert result.stderr.strip() == f"train.py: error: {message}; saved a checkpoint at step 240"
-    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
+    counters = load_checkpoint(run_dir)["counters"]
+    assert counters["timesteps"] == 240
+    assert counters["unlearned_segments"] == 0  # the 6th had its update before the 7th failed (it counted 1)
 
 
 def test_sigint_saves_exits_130_and_the_run_resumes_overlapped_with_evaluations(tmp_path):

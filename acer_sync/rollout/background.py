@@ -79,15 +79,24 @@ class BackgroundCollector:
     or raises what it raised.
 
     An env call in the thread has no ``SIGALRM`` timer (only the main thread has one), so
-    :meth:`wait` keeps the time instead: a segment not back ``timeout`` seconds after the learner
-    began waiting, or ``grace`` seconds after a stop signal, is an :class:`EnvTimedOut`. A gap of
-    over a second between its polls is a stop of the whole process, and does not count. A hung
-    thread is left behind (a daemon: it cannot keep the process from exiting).
+    :meth:`wait` keeps the time instead, of each env call as serial mode times it (``env_call``
+    names the one running): a step or reset not back ``timeout`` seconds after it began, or one
+    that was running when a stop signal came and is not back ``grace`` seconds after the signal, is
+    an :class:`EnvTimedOut`. The calls a segment makes after a stop get the timeout, as in serial
+    mode, where the segment goes on to its end. A gap of over a second between the waiter's polls is
+    a stop of the whole process, and does not count. A hung thread is left behind (a daemon: it
+    cannot keep the process from exiting).
+
+    :param collect: collects a segment.
+    :param env_id: the env, for the messages.
+    :param env_call: the env call running now, as ``(what, time.monotonic() when it began)``, or
+        None (:meth:`atari.envs.VecEnv.current_call`).
     """
 
-    def __init__(self, collect: Callable[[], Segment], env_id: str):
+    def __init__(self, collect: Callable[[], Segment], env_id: str, env_call: Callable[[], tuple[str, float] | None]):
         self.collect = collect
         self.env_id = env_id
+        self.env_call = env_call
         self._thread: threading.Thread | None = None
         self._result: Segment | None = None
         self._error: BaseException | None = None
@@ -112,26 +121,32 @@ class BackgroundCollector:
     def wait(self, timeout: float, stopped: Callable[[], tuple[str, float] | None], grace: float) -> Segment:
         """The segment, once the thread is done.
 
-        :param timeout: seconds to wait (0: no limit; ``--env-timeout``).
+        :param timeout: seconds an env call may take (0: no limit; ``--env-timeout``).
         :param stopped: the stop signal's name and when it came (``time.monotonic()``), or None.
-        :param grace: seconds a collection may go on after a stop signal.
+        :param grace: seconds an env call running when a stop signal came may go on after it.
         """
         thread = self._thread
         if thread is None:
             raise RuntimeError("no collection was started")
-        started = last = time.monotonic()
+        last = time.monotonic()
+        call, began = None, 0.0  # the env call timed, and when it began, less the time the process was stopped since
         while thread.is_alive():
             thread.join(0.05)
             if not thread.is_alive():
                 break
-            now, signal = time.monotonic(), stopped()
-            if now - last > 1.0:  # the process was stopped (Ctrl-Z, kill -STOP): not the env's time
-                started += now - last
+            now, signal, running = time.monotonic(), stopped(), self.env_call()
+            if running != call:
+                call, began = running, running[1] if running is not None else 0.0
+            elif now - last > 1.0:  # the process was stopped (Ctrl-Z, kill -STOP): not the env's time
+                began += now - last
             last = now
-            if signal is not None and now - signal[1] > grace:
-                raise EnvTimedOut(f"{self.env_id}'s step had not returned {grace:g} s after {signal[0]}")
-            if timeout > 0 and now - started > timeout:
-                raise EnvTimedOut(f"{self.env_id}'s step did not return within --env-timeout {timeout:g} s")
+            if call is None:
+                continue
+            what, started = call
+            if signal is not None and started <= signal[1] and now - signal[1] > grace:
+                raise EnvTimedOut(f"{self.env_id}'s {what} had not returned {grace:g} s after {signal[0]}")
+            if timeout > 0 and now - began > timeout:
+                raise EnvTimedOut(f"{self.env_id}'s {what} did not return within --env-timeout {timeout:g} s")
         self._thread = None
         if self._error is not None:
             raise self._error

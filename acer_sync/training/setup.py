@@ -203,7 +203,7 @@ def build_trainer(
             stream=acting.stream if acting else None, graph=compiling == "graph" and device.type == "cuda",
         )
         runner.reset(seed=config.seed + counters.get("iterations", 0) * config.num_envs)
-        collector = BackgroundCollector(runner.run, info.env_id) if acting else None
+        collector = BackgroundCollector(runner.run, info.env_id, env.current_call) if acting else None
 
         resume_step = counters["timesteps"] if resume is not None else None
         if builtin:

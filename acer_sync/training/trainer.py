@@ -116,6 +116,7 @@ class Trainer:
             return
         self.collector.start()
         self.learn()
+        self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
         with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
             try:
                 segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
@@ -125,6 +126,7 @@ class Trainer:
                 raise
         self.acting.exchange()
         self._store(segment)
+        self.pending_update = True
 
     def collect(self) -> None:
         """Act for one segment of ``nsteps`` in every env and store it."""
