@@ -123,6 +123,19 @@ def test_an_id_run_resumes_through_the_api(runs, tmp_path):
         acer_sync.train(resume=run_dir, total_timesteps=400, lr=0.5)
 
 
+def test_a_resume_that_moves_a_linear_schedules_end_says_how_the_rate_changes(tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    settings = {**SMALL, "total_timesteps": 80, "lr": 0.001, "lr_schedule": "linear"}
+    acer_sync.train("CartPole-v1", run_dir=run_dir, progress_bar=False, **settings)
+    acer_sync.train(resume=run_dir, total_timesteps=160, progress_bar=False)
+    assert ("--total-timesteps 160 moves the linear learning-rate schedule's end from step 80: at step 80 the rate goes "
+            "from 0 to 0.0005") in caplog.text
+    assert min(float(row["lr"]) for row in read_progress(run_dir) if int(row["total_timesteps"]) > 80) >= 0.00025
+    caplog.clear()
+    acer_sync.train(resume=run_dir, total_timesteps=160, progress_bar=False)  # the same end: nothing to say
+    assert "moves the linear" not in caplog.text
+
+
 @pytest.mark.parametrize(
     "env, settings, message",
     [
