@@ -217,3 +217,24 @@ def test_a_buffer_of_tensors_gathers_what_the_numpy_one_does_on_fixed_indices(tm
     restored = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=True)
     restored.load_state(np.load(tmp_path / "buffer.npz"))
     assert all(torch.equal(restored.arrays[name], tensor_buffer.arrays[name]) for name in ("frames", "actions", "state_h"))
+
+
+def test_a_restart_cut_bootstraps_the_newest_segments_last_step_where_its_episode_went_on_in_either_kind_of_buffer():
+    fields = buffer_fields((1,), np.dtype(np.float32), Categorical(A), {})
+    restored = []
+    for tensors in (False, True):
+        buffer = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=tensors)
+        segments = list(random_segments(fields, T, N, count=5))
+        segments[-1].dones[-1] = [True, False, False]  # env 0's episode ended there, by a terminal
+        segments[-1].timeout_values[-1] = [0.0, 0.0, 0.0]
+        for segment in segments:
+            buffer.put(segment)
+        again = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=tensors)
+        again.load_state(buffer.state())
+        assert again.restart_cut.tolist() == [False, True, True]
+        again.bootstrap_restart(np.array([7.0, 8.0, 9.0], dtype=np.float32))
+        last = (again.steps_written - 1) % again.step_capacity
+        values = again.timeout_values[last]
+        restored.append(values.numpy() if tensors else values)
+        assert not again.restart_cut.any()
+    assert restored[0].tolist() == restored[1].tolist() == [0.0, 8.0, 9.0]

@@ -12,10 +12,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from acer_sync.base.config import build_config
 from acer_sync.base.errors import EXIT_CODES, REPEAT_SECONDS, WriteFailed, exit_code
 from acer_sync.base.outcome import Stop
+from acer_sync.replay.buffer import to_batch
 from acer_sync.training.callbacks import CheckpointCallback
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
@@ -80,9 +82,11 @@ def test_periodic_checkpoints_are_pruned_to_keep_checkpoints(tmp_path):
     assert names == ["latest.pt", "step_0000000360.pt", "step_0000000400.pt"]
 
 
-def test_saved_buffer_is_replayed_after_resume(tmp_path, caplog):
+@pytest.mark.parametrize("network", ["mlp", "lstm"])
+def test_saved_buffer_is_replayed_after_resume(tmp_path, caplog, network):
     caplog.set_level(logging.INFO, logger="acer_sync")  # the library logs what it says
-    config = cartpole_config(total_timesteps=800, buffer_size=200, replay_start=20, save_buffer=True)
+    config = cartpole_config(total_timesteps=800, buffer_size=200, replay_start=20, save_buffer=True, network=network,
+                             lstm_size=8, hidden="16")
     trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
     trainer.train()
     saved = trainer.buffer.state()
@@ -94,6 +98,18 @@ def test_saved_buffer_is_replayed_after_resume(tmp_path, caplog):
             np.testing.assert_array_equal(resumed.buffer.state()[name], saved[name])
         last = (resumed.buffer.steps_written - 1) % resumed.buffer.step_capacity
         assert resumed.buffer.dones[last].all()  # the restart cut the newest segment's episodes
+        # ... as a time limit cuts one: where an episode went on, its last step bootstraps from V of the
+        # segment's bootstrap frame, here stepped through from the segment's stored state
+        batch = to_batch(resumed.buffer.latest(), resumed.fields, 1, torch.device("cpu"))
+        state = batch.state
+        with torch.no_grad():
+            for t in range(config.nsteps + 1):
+                features, state = resumed.model.step(batch.obs[t], state, batch.firsts[t])
+            bootstrap_values = resumed.model.value_of(features).numpy()
+        cut = ~saved["dones"][last]
+        assert cut.any()
+        np.testing.assert_allclose(resumed.buffer.timeout_values[last][cut], bootstrap_values[cut], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(resumed.buffer.timeout_values[last][~cut], saved["timeout_values"][last][~cut])
         assert resumed.buffer.num_steps_stored >= config.replay_start  # replay goes on at once
     finally:
         resumed.close()

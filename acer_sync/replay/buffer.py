@@ -256,6 +256,8 @@ class ReplayBuffer:
         self.segment_start = np.zeros(self.nsegments, dtype=np.int64)  # global step of each segment
         self.steps_written = 0
         self.segments_stored = 0
+        #: The envs whose episode a restart cut at the newest segment's end (:meth:`load_state`).
+        self.restart_cut = np.zeros(num_envs, dtype=bool)
         self._state_index = state_indices(self.fields)
         env = np.arange(num_envs)
         #: The env index of each kind of row, as ``gather`` indexes with it (on the device, uploaded once).
@@ -360,7 +362,10 @@ class ReplayBuffer:
         of the envs.
 
         The newest stored segment's last step is marked done: the restart cut its episode, and
-        the next segment's first frame (a fresh reset) takes the slot of its bootstrap frame.
+        the next segment's first frame (a fresh reset) takes the slot of its bootstrap frame. The
+        envs whose episode the restart cut (not already done there) are :attr:`restart_cut`; until
+        the next :meth:`put`, :meth:`bootstrap_restart` gives them V of that frame, as a time limit's
+        cut has (a terminal's zero before).
         Raises ValueError when the arrays do not fit this buffer's shapes, lack a field, or hold
         counters that no run of this buffer could have written.
         """
@@ -393,7 +398,21 @@ class ReplayBuffer:
         self.steps_written, self.segments_stored = steps_written, segments_stored
         if self.segments_stored:
             last_step = (self.steps_written - 1) % self.step_capacity
+            done = self.arrays["dones"][last_step]
+            self.restart_cut = ~(done.cpu().numpy() if isinstance(done, torch.Tensor) else done.copy())
             self.arrays["dones"][last_step] = True
+
+    def bootstrap_restart(self, values: np.ndarray) -> None:
+        """The restart's cut bootstrapped: ``timeout_values`` of the newest segment's last step is
+        ``values [N]`` (V of its bootstrap frame) in the envs of :attr:`restart_cut`. Call it
+        after :meth:`load_state` and before the next :meth:`put`, which takes that frame's slot."""
+        last_step = (self.steps_written - 1) % self.step_capacity
+        stored = self.arrays["timeout_values"]
+        cut = self._index(self.restart_cut)
+        row = stored[last_step]
+        new = self._index(np.asarray(values, dtype=np.float32)) if self.tensors else np.asarray(values, dtype=np.float32)
+        stored[last_step] = torch.where(cut, new, row) if self.tensors else np.where(cut, new, row)
+        self.restart_cut = np.zeros(self.num_envs, dtype=bool)
 
     def sample_indices(self, rng: np.random.Generator) -> np.ndarray:
         """One uniformly chosen stored segment per env, as Baselines samples: ring indices ``[N]``."""

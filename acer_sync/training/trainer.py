@@ -87,6 +87,8 @@ class Trainer:
         self.iterations = int(counters.get("iterations", 0))
         self.updates = int(counters.get("updates", 0))
         self.time_before = float(counters.get("time_elapsed", 0.0))  # earlier sessions of this run
+        if self.buffer.restart_cut.any():
+            self._bootstrap_restart()
         self.started = time.perf_counter()
         self.steps_per_iteration = config.num_envs * config.nsteps
         self.lr = learning_rate(config.lr_schedule, config.lr, self.timesteps, config.total_timesteps)
@@ -155,6 +157,16 @@ class Trainer:
                 with timer("off_policy_updates"):
                     self.update_stats.add(self.agent.update(batch, self.lr), off_policy=True)
                 self.updates += 1
+
+    @torch.no_grad()
+    def _bootstrap_restart(self) -> None:
+        """A resumed buffer's newest segment ends where the restart cut its episodes, a cut like a
+        time limit's: its last step bootstraps from V of the segment's bootstrap frame, computed as
+        the update computes it (the network unrolled over the segment from its replay state)."""
+        batch = self._with_replay_state(self._load(self.buffer.latest))
+        features, _ = self.agent.net.unroll(batch.obs, batch.firsts, batch.state)
+        values = self.agent.net.value_of(features).float().reshape(self.config.nsteps + 1, self.config.num_envs)[-1]
+        self.buffer.bootstrap_restart(values.cpu().numpy())
 
     def _load(self, sample: Callable[[], Sample]) -> Batch:
         """A buffer sample (``sample()``) as a batch on the device, loaded on the side stream."""
