@@ -86,6 +86,9 @@ class EnvInfo:
     #: The Box's bounds, ``d`` numbers each (continuous only).
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    #: A Discrete space's first action (``Discrete(n, start)``): the env takes ``start`` to
+    #: ``start + n - 1``, which the policy's actions 0 to n-1 are shifted to on their way to it.
+    action_start: int = 0
     #: Keyword arguments for ``gym.make``, in every env built from this info (``--env-kwargs``).
     env_kwargs: dict = field(default_factory=dict)
     #: The observation space as the env itself returns it, where the trainer turns its observations
@@ -210,7 +213,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             raise UserError(f"{env_id} has image observations and Box actions; acer_sync takes images with Discrete actions only")
         frame_parts = tuple((key, tuple(box.shape), box.dtype.name) for key, box in observation_space.spaces.items())
         return EnvInfo(env_id, False, (), np.dtype(np.uint8), 1, int(action_space.n), env_kwargs=env_kwargs,
-                       observation_space=own_space, frame_parts=frame_parts)
+                       observation_space=own_space, frame_parts=frame_parts, action_start=int(action_space.start))
     # make_gym_env has turned the observations into frames: a vector, or a uint8 image (H, W) or (C, H, W).
     frame_shape = tuple(observation_space.shape)
     image = len(frame_shape) > 1
@@ -225,7 +228,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             observation_space=own_space,
         )
     return EnvInfo(env_id, False, frame_shape, frame_dtype, 1, int(action_space.n), env_kwargs=env_kwargs,
-                   observation_space=own_space)
+                   observation_space=own_space, action_start=int(action_space.start))
 
 
 def image_layout(space: gym.Space) -> str | None:

@@ -70,6 +70,36 @@ class CountedCartPole:
         return gym.make("CartPole-v1", max_episode_steps=7)
 
 
+class ShiftedActions(gym.Env):
+    """Actions 1 to 3 (``Discrete(3, start=1)``), each checked: action a ends the episode after a steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3, start=1)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is outside {self.action_space}")
+        self.t += 1
+        return np.full(2, self.t / 10, np.float32), 1.0, self.t >= int(action), False, {}
+
+
+def test_a_discrete_space_that_starts_above_0_gets_its_own_actions_in_training_evaluation_and_predict(tmp_path):
+    # Its actions went to the env as 0 to n-1 everywhere: an env that checks them raised, one that
+    # does not trained on the wrong actions in silence.
+    run_dir = acer_sync.train(ShiftedActions, run_dir=tmp_path / "run", progress_bar=False,
+                              **{**SMALL, "total_timesteps": 120, "eval_every": 120, "eval_episodes": 2})
+    assert load_checkpoint(run_dir)["action_start"] == 1
+    policy = acer_sync.load(run_dir)
+    actions, _ = policy.predict(np.zeros((50, 2), np.float32))
+    assert set(actions.tolist()) <= {1, 2, 3} and len(set(actions.tolist())) > 1
+    assert policy.predict(ShiftedActions().reset()[0], deterministic=True)[0] in (1, 2, 3)
+
+
 def test_a_callable_env_makes_every_env_of_the_run(tmp_path, capsys):
     make = CountedCartPole()
     run_dir = acer_sync.train(make, run_dir=tmp_path / "run", progress_bar=False,

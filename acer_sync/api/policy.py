@@ -217,8 +217,10 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__})") from None
     info = check_env_fits(path, payload)
     device = device if isinstance(device, torch.device) else select_device(device)
-    n = int(spec["n_actions"])
-    distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n)
+    n, start = int(spec["n_actions"]), payload["action_start"]
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise UserError(f"{path} is not a usable acer_sync checkpoint: its action_start is {start!r}, not a whole number")
+    distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n, start)
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
                   observation_space=info.observation_space if info is not None else None, vec_env=str(config.get("vec_env", "")))
 

@@ -16,12 +16,14 @@ from acer_sync.math import losses
 
 
 class Categorical:
-    """π(·|x) over ``n`` actions; φ is the probability vector ``[..., n]``; actions are int64 ``[...]``."""
+    """π(·|x) over ``n`` actions; φ is the probability vector ``[..., n]``; actions are int64 ``[...]``,
+    0 to n-1, and the env's ``start`` more on their way to it (:meth:`env_actions`; ``Discrete(n, start)``)."""
 
     kind = "categorical"
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, start: int = 0):
         self.n = n
+        self.start = start
         self.stat_size = n
         self.action_shape: tuple[int, ...] = ()
         self.action_dtype = np.dtype(np.int64)
@@ -50,7 +52,7 @@ class Categorical:
         return np.eye(self.n, dtype=np.float32)[actions]
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        return np.asarray(actions, dtype=np.int64)
+        return np.asarray(actions, dtype=np.int64) + self.start
 
 
 class DiagGaussian:
@@ -114,7 +116,7 @@ def distribution_for(info) -> Distribution:
     """The distribution of an :class:`atari.envs.EnvInfo`'s action space."""
     if info.continuous:
         return DiagGaussian(info.n_actions, info.action_low, info.action_high)
-    return Categorical(info.n_actions)
+    return Categorical(info.n_actions, info.action_start)
 
 
 def distribution_of_spec(spec: dict) -> Distribution:

@@ -8,6 +8,7 @@ Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
 
 * ``config``: every :class:`~acer_sync.base.config.Config` field; ``env_id``; ``action_low`` and
   ``action_high``, the Box a Gaussian policy's actions are clipped to (empty for discrete actions);
+  ``action_start``, a ``Discrete(n, start)`` space's first action (0 in files written before it);
 * ``model_spec`` (every key the network records), ``model``, ``average_model``, ``optimizer``;
 * ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``, ``unlearned_segments``,
   ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
@@ -247,6 +248,8 @@ def migrate(payload: dict) -> dict:
             payload[key] = {format3_name(name, spec): tensor for name, tensor in payload[key].items()}
         payload["optimizer"] = _optimizer_in_order(payload["optimizer"], list(payload["model"]), payload["model_spec"])
         payload["format"] = 3
+    # Files written before Discrete(n, start) was taken lack action_start: their envs' actions started at 0.
+    payload.setdefault("action_start", 0)
     # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was.
     if isinstance(payload.get("counters"), dict):
         payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
@@ -310,6 +313,7 @@ def trainer_payload(trainer) -> dict:
         "env_id": trainer.info.env_id,
         "action_low": list(trainer.info.action_low),
         "action_high": list(trainer.info.action_high),
+        "action_start": trainer.info.action_start,
         "model_spec": trainer.model.spec(),
         "model": trainer.model.state_dict(),
         "average_model": trainer.agent.average_model.state_dict(),
