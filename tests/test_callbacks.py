@@ -5,6 +5,8 @@ exception propagates."""
 import enum
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -167,6 +169,24 @@ def test_an_evaluation_due_when_a_stop_signal_comes_is_skipped(tmp_path):
     evaluated = {int(row["total_timesteps"]): int(row["eval_episodes"]) for row in read_progress(run_dir)}
     assert evaluated[20] == 2 and evaluated[40] == 0
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 40
+
+
+def test_a_stop_during_an_evaluation_ends_its_games_and_reports_none_of_them(tmp_path):
+    # A SIGTERM's grace is short and Pong's 100 games take minutes on a CPU: the games played on
+    # after the stop (here they would never end), and the batch system's SIGKILL lost the run's
+    # steps since its last checkpoint.
+    class StopDuringEvaluation(acer_sync.Callback):
+        def on_training_start(self, trainer):
+            threading.Timer(2.0, trainer.request_stop, args=("a test's stop",)).start()
+
+    run_dir = tmp_path / "run"
+    settings = {**SMALL, "eval_every": 20, "eval_episodes": 10**9, "log_interval": 1}
+    started = time.monotonic()
+    outcome = api.run("CartPole-v1", run_dir=run_dir, total_timesteps=1_000, callbacks=[StopDuringEvaluation()], **settings)
+    assert outcome.stop is Stop.INTERRUPTED and outcome.timesteps == 20 and time.monotonic() - started < 60
+    assert {int(row["eval_episodes"]) for row in read_progress(run_dir)} == {0}
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 20
+    assert not (run_dir / "checkpoints" / "best.pt").exists()
 
 
 @pytest.mark.parametrize("evaluation", [False, True])

@@ -34,6 +34,7 @@ def evaluate(
     generator: torch.Generator | None = None,
     on_step: Callable[[EnvStep | None], None] | None = None,
     precision: str = "fp32",
+    cancelled: Callable[[], bool] | None = None,
 ) -> list[float]:
     """Play ``episodes`` full games and return their raw scores.
 
@@ -46,6 +47,8 @@ def evaluate(
     ``on_step`` runs after the reset (given None) and after every env step (given its
     :class:`EnvStep`); play.py records video frames and logs the actions there.
     ``precision`` is what the network's passes compute in (:mod:`acer_sync.nets.precision`).
+    Once ``cancelled()`` is true (a stop signal in training), it returns the games finished so far,
+    after the env step it was asked in.
     """
     n = env.num_envs
     quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
@@ -58,7 +61,7 @@ def evaluate(
     actor.reset(frames)
     if on_step is not None:
         on_step(None)
-    while len(scores) < episodes:
+    while len(scores) < episodes and not (cancelled is not None and cancelled()):
         forced = actor.life_loss_actions.pending()  # before act(), which plays them
         actions, _ = actor.act()
         env_actions = actor.distribution.env_actions(actions)

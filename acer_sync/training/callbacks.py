@@ -323,13 +323,18 @@ class EvalCallback(Callback):
         # stop, and the checkpoint, for a whole evaluation (a minute of Pong's games on a GPU).
         if trainer.timesteps < self.next_eval or trainer.stop_requested():
             return
-        row.update(self.evaluate(trainer))
+        results = self.evaluate(trainer)
+        if results is None:
+            return
+        row.update(results)
         self.next_eval += self.config.eval_every
         if self.checkpoints is not None and not row["eval_mean"] <= self.best_mean:
             self.best_mean = row["eval_mean"]
             self.checkpoints.save_best(trainer)
 
-    def evaluate(self, trainer) -> dict[str, float]:
+    def evaluate(self, trainer) -> dict[str, float] | None:
+        """The evaluation's columns; None where a stop came during its games, which end then (a
+        SIGTERM's grace is short, and Pong's 100 games take minutes on a CPU) and are not reported."""
         cfg = self.config
         start = time.perf_counter()
         if self.env is None:
@@ -340,8 +345,10 @@ class EvalCallback(Callback):
         seed = cfg.seed + 1_000_003 * (1 + trainer.timesteps // max(cfg.eval_every, 1))
         scores = evaluate(
             trainer.model, self.env, cfg.eval_episodes, trainer.device, greedy=cfg.eval_greedy, seed=seed,
-            generator=self.generator, precision=cfg.precision,
+            generator=self.generator, precision=cfg.precision, cancelled=trainer.stop_requested,
         )
+        if trainer.stop_requested():
+            return None
         if self.videos_dir is not None:
             self.new_videos.append((trainer.timesteps, self.record(trainer, seed)))
         return {
