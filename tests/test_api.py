@@ -151,6 +151,9 @@ def test_an_id_run_resumes_through_the_api(runs, tmp_path):
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 280
     with pytest.raises(acer_sync.UserError, match=r"--lr 0.5 \(the run used 0.001\)"):
         acer_sync.train(resume=run_dir, total_timesteps=400, lr=0.5)
+    with pytest.raises(acer_sync.UserError, match=r"^--total-timesteps 240 is below the step the run has reached \(280\)"):
+        acer_sync.train(resume=run_dir, total_timesteps=240)
+    assert load_checkpoint(run_dir)["config"]["total_timesteps"] == 280
 
 
 def test_a_resume_that_moves_a_linear_schedules_end_says_how_the_rate_changes(tmp_path, caplog):

@@ -324,6 +324,12 @@ def test_a_reward_to_stop_at_that_no_evaluation_can_reach_is_warned_of(tmp_path,
                in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.parametrize("threshold", [float("nan"), "100", True])
+def test_a_reward_to_stop_at_that_is_not_a_number_is_a_user_error(threshold):
+    with pytest.raises(acer_sync.UserError, match="^StopTrainingOnReward: the reward to stop at must be a finite number"):
+        acer_sync.StopTrainingOnReward(threshold)
+
+
 def test_a_reward_to_stop_at_is_not_warned_of_when_the_last_iteration_evaluates(tmp_path, caplog):
     # 40 steps an iteration: asked for 50, the run ends at 80, where the evaluation every 80 steps comes.
     acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=50, callbacks=[acer_sync.StopTrainingOnReward(1000)],

@@ -118,6 +118,8 @@ def test_play_plays_its_games_in_several_envs_at_once(pong_run, tmp_path):
         line = one_line_error(run("play.py", pong_run, "--num-envs", "2", *flag))
         assert line == f"play.py: error: {flag[0]} records one env and cannot be combined with --num-envs 2"
     assert one_line_error(run("play.py", pong_run, "--num-envs", "0")) == "play.py: error: --num-envs must be >= 1"
+    # exit 3 before, as an env's failure: "raised Error in reset: Seed must be greater or equal to zero"
+    assert one_line_error(run("play.py", pong_run, "--seed", "-5")) == "play.py: error: --seed must be >= 0"
 
 
 def test_resume_continues_the_run(pong_run, tmp_path):
@@ -161,6 +163,12 @@ def test_resume_refuses_conflicting_flags(pong_run):
         (["--buffer-size", "10"], "--buffer-size (10) must hold at least one segment"),
         (["--buffer-size", "100000000"], "lower --buffer-size"),
         (["--num-envs", "many"], "invalid int value"),
+        # sizes past what torch, setitimer or memory can take: tracebacks before
+        (["--env-timeout", "1e10"], "--env-timeout must be <= 1e+09 seconds (0: no limit)"),
+        (["--network", "cnn_lstm", "--lstm-size", "1" + "0" * 30], "--lstm-size must be <= 2147483647"),
+        (["--env", "CartPole-v1", "--hidden", "64," + "9" * 20], "--hidden's layer sizes must be <= 2147483647"),
+        (["--env", "Pendulum-v1", "--sdn-samples", "1000000000"], "--sdn-samples must be <= 1000"),
+        (["--env", "CartPole-v1", "--torso-kwargs", "a=1"], "--torso-kwargs are for a --torso class, and none is given"),
     ],
 )
 def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):

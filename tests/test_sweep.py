@@ -395,6 +395,8 @@ def test_train_config_file_overrides_the_preset_and_a_flag_overrides_the_file(tm
         ("learning_rate: 0.1\n", "unknown setting 'learning_rate'"),
         ("lr: .nan\n", "lr must be a finite number"),
         ("[1, 2]\n", "expected a mapping of settings"),
+        ("lr: 0.001\nlr: 0.002\n", "not valid YAML at line 2: 'lr' is given twice"),  # the last one won, in silence
+        ("lr: 1" + "0" * 400 + "\n", "lr must be a finite number, got an integer too large for one"),  # a traceback
     ],
 )
 def test_bad_config_file_is_a_one_line_user_error(tmp_path, text, message):
@@ -403,6 +405,13 @@ def test_bad_config_file_is_a_one_line_user_error(tmp_path, text, message):
     with pytest.raises(UserError, match="^" + str(path).replace(".", r"\.")) as error:
         load_config_file(path)
     assert message in str(error.value)
+
+
+def test_a_config_file_takes_numbers_written_with_an_exponent_and_no_dot(tmp_path):
+    # YAML 1.1 reads 1e-3 as a string (a float needs a dot: 1.0e-3), and lr: 1e-3 was refused as not a number.
+    path = tmp_path / "exponents.yaml"
+    path.write_text("lr: 1e-3\nrms_eps: 1E-5\nenv_kwargs: {scale: 2e2}\n")
+    assert load_config_file(path) == {"lr": 0.001, "rms_eps": 1e-5, "env_kwargs": {"scale": 200.0}}
 
 
 def test_train_with_a_missing_config_file_is_a_one_line_error(tmp_path):

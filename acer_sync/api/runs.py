@@ -183,6 +183,8 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         if env_file is not None:
             log.info(env_settings_line(env_id, env_file, env_settings, settings))
         check_config(config, info)
+        if config.torso_kwargs and not config.torso:  # (a resumed run of an older version may hold such, unused)
+            raise UserError("--torso-kwargs are for a --torso class, and none is given")
         run_dir = run_dir if run_dir is not None else default_run_dir(config)
         created = prepare_run_dir(run_dir)
         try:
@@ -388,6 +390,9 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
         )
     check_recorded_config(run_dir, saved)
     step = payload["counters"].get("timesteps") if isinstance(payload.get("counters"), dict) else None
+    if isinstance(step, int) and config.total_timesteps < step:  # it trained nothing, said "finished" and saved the smaller total
+        raise UserError(f"--total-timesteps {config.total_timesteps} is below the step the run has reached ({step}); "
+                        "give more to train on")
     if config.lr_schedule == "linear" and config.total_timesteps != saved.total_timesteps and isinstance(step, int):
         before, after = (learning_rate("linear", config.lr, step, total) for total in (saved.total_timesteps, config.total_timesteps))
         log.warning(f"--total-timesteps {config.total_timesteps} moves the linear learning-rate schedule's end from step "

@@ -264,6 +264,14 @@ def hidden_sizes(config: Config) -> tuple[int, ...]:
 MAX_SEED = 2**32 - 1
 #: The most threads a run may ask for: OpenMP crashed the process at 100,000, without a message.
 MAX_THREADS = 1024
+#: The widest layer: torch's shapes overflow past 2**63 with a C++ traceback; below this a size
+#: that does not fit is a one-line out-of-memory error.
+MAX_LAYER_SIZE = 2**31 - 1
+#: The longest --env-timeout: setitimer overflowed at about 9.3e9 seconds (a traceback).
+MAX_ENV_TIMEOUT = 1e9
+#: The most samples of the stochastic dueling network's estimate: each is one more pass of the
+#: advantage head over every step of a batch (the paper takes 5).
+MAX_SDN_SAMPLES = 1000
 
 
 def validate(config: Config) -> list[str]:
@@ -315,16 +323,20 @@ def validate(config: Config) -> list[str]:
     need(config.threads >= 0, "--threads must be >= 0 (0: torch's default)")
     need(config.threads <= MAX_THREADS, f"--threads must be <= {MAX_THREADS}")
     need(math.isfinite(config.env_timeout) and config.env_timeout >= 0, "--env-timeout must be finite and >= 0 (0: no limit)")
+    need(config.env_timeout <= MAX_ENV_TIMEOUT, f"--env-timeout must be <= {MAX_ENV_TIMEOUT:g} seconds (0: no limit)")
     need(config.eval_every >= 0, "--eval-every must be >= 0 (0 turns evaluation off)")
     need(config.eval_episodes >= 1, "--eval-episodes must be >= 1")
     need(not config.capture_video or config.eval_every > 0, "--capture-video records a game at each evaluation: give --eval-every > 0")
     need(math.isfinite(config.reward_scale) and config.reward_scale > 0, "--reward-scale must be finite and > 0")
     need(math.isfinite(config.policy_std) and config.policy_std > 0, "--policy-std must be finite and > 0")
     need(config.sdn_samples >= 1, "--sdn-samples must be >= 1")
+    need(config.sdn_samples <= MAX_SDN_SAMPLES, f"--sdn-samples must be <= {MAX_SDN_SAMPLES}")
     need(config.lstm_size >= 1, "--lstm-size must be >= 1")
+    need(config.lstm_size <= MAX_LAYER_SIZE, f"--lstm-size must be <= {MAX_LAYER_SIZE}")
     try:
         sizes = hidden_sizes(config)
         need(len(sizes) > 0 and all(s >= 1 for s in sizes), "--hidden must list positive layer sizes, e.g. 64,64")
+        need(all(s <= MAX_LAYER_SIZE for s in sizes), f"--hidden's layer sizes must be <= {MAX_LAYER_SIZE}")
     except ValueError:
         problems.append(f"--hidden must be comma-separated integers, got {config.hidden!r}")
     return problems

@@ -9,6 +9,7 @@ applied automatically (:func:`load_env_settings`). Precedence: preset < env file
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -18,6 +19,37 @@ from acer_sync.base.errors import UserError
 
 #: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters.
 ENV_SETTINGS_DIR = Path(__file__).resolve().parents[2] / "configs" / "envs"
+
+class SettingsLoader(yaml.SafeLoader):
+    """YAML's safe loader with two fixes for settings files and ``--env-kwargs`` values: ``1e-3``
+    is a number (YAML 1.1 reads a float only with a dot, ``1.0e-3``, and took ``1e-3`` for a
+    string, so ``lr: 1e-3`` was refused as "not a number"), and a key given twice in a mapping is
+    an error (the last one won, in silence)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class says what is wrong with it
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+SettingsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"),
+)
+
+
+def load_yaml(text: str):
+    """``text`` read as YAML by :class:`SettingsLoader`."""
+    return yaml.load(text, Loader=SettingsLoader)  # noqa: S506 - a SafeLoader: plain data only
+
 
 #: The YAML type each kind of Config field accepts (a float field also takes an integer).
 ACCEPTED_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "dict": (dict,)}
@@ -48,7 +80,10 @@ def check_setting(name: str, value, source: str):
     if isinstance(value, bool) != (kind == "bool") or not isinstance(value, ACCEPTED_TYPES[kind]):
         raise UserError(f"{source}: {name} must be {TYPE_NAMES[kind]}, got {value!r}")
     if kind == "float":
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise UserError(f"{source}: {name} must be a finite number, got an integer too large for one") from None
         if math.isnan(value) or (math.isinf(value) and name != "c"):
             raise UserError(f"{source}: {name} must be a finite number, got {value!r}")
     if kind == "dict":
@@ -87,7 +122,7 @@ def read_yaml_mapping(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
     try:
-        payload = yaml.safe_load(text)
+        payload = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -9,7 +9,7 @@ import math
 import yaml
 
 from acer_sync.base.config import PRESETS, RECURRENT_CLASSIC, RESUMABLE_CHANGES, fields
-from acer_sync.base.config_file import check_env_kwargs
+from acer_sync.base.config_file import check_env_kwargs, load_yaml
 from acer_sync.base.errors import UserError
 
 
@@ -44,7 +44,7 @@ def key_value(text: str) -> tuple[str, object]:
     if not equals or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     try:
-        parsed = yaml.safe_load(value) if value else ""
+        parsed = load_yaml(value) if value else ""
     except yaml.YAMLError as error:
         raise argparse.ArgumentTypeError(f"{text}: not a YAML value ({getattr(error, 'problem', None) or type(error).__name__})") from None
     try:

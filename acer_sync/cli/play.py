@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         raise UserError("--episodes must be >= 1")
     if args.num_envs < 1:
         raise UserError("--num-envs must be >= 1")
+    if args.seed < 0:
+        raise UserError("--seed must be >= 0")
     recording = [flag for flag, value in (("--video", args.video), ("--actions", args.actions), ("--render", args.render)) if value]
     if args.num_envs > 1 and recording:
         raise UserError(f"{recording[0]} records one env and cannot be combined with --num-envs {args.num_envs}")

@@ -486,8 +486,8 @@ class StopTrainingOnReward(Callback):
     scripts exit 0."""
 
     def __init__(self, threshold: float):
-        if not math.isfinite(threshold):
-            raise ValueError(f"the reward to stop at must be a finite number, got {threshold}")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+            raise UserError(f"StopTrainingOnReward: the reward to stop at must be a finite number, got {threshold!r}")
         self.threshold = float(threshold)
 
     def on_training_start(self, trainer) -> None:
