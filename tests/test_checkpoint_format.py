@@ -8,6 +8,7 @@ import dataclasses
 import shutil
 import zipfile
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -16,6 +17,7 @@ import acer_sync
 from acer_sync.base.config import Config
 from acer_sync.replay.buffer import BUFFER_FORMAT, migrate_buffer
 from acer_sync.training.checkpoint import FORMAT_VERSION, format3_name, load_checkpoint, migrate
+from atari.space_data import space_from_data, space_to_data
 from helpers import ROOT, read_progress
 
 FORMAT1 = ROOT / "tests" / "data" / "format1"
@@ -145,3 +147,21 @@ def test_a_checkpoint_saved_with_numpy_values_in_a_callbacks_state_loads_and_obj
     torch.save({**current, "callbacks": {"Mine": {"items": np.array([object()])}}}, tmp_path / "objects.pt")
     with pytest.raises(acer_sync.UserError, match=r"not a plain-data checkpoint \(it holds a numpy\.dtypes\.ObjectDType"):
         load_checkpoint(tmp_path / "objects.pt")
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), gym.spaces.Box(-np.inf, np.inf, (7,), np.float64),
+    gym.spaces.Discrete(5, start=2), gym.spaces.MultiDiscrete([3, 4], start=[1, 0]), gym.spaces.MultiBinary([2, 3]),
+    gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (8, 8), np.uint8), "mode": gym.spaces.Discrete(4)}),
+    gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32))),
+], ids=lambda space: type(space).__name__)
+def test_an_observation_space_goes_through_a_checkpoint_as_plain_data(tmp_path, space):
+    path = tmp_path / "space.pt"
+    torch.save({"space": space_to_data(space)}, path)
+    assert space_from_data(torch.load(path, weights_only=True)["space"]) == space
+
+
+@pytest.mark.parametrize("data", [{"kind": "Text"}, {"kind": "Box", "low": 1}, [1, 2], {"kind": "Dict", "keys": ["a"], "spaces": []}])
+def test_data_that_is_no_observation_space_is_a_value_error(data):
+    with pytest.raises(ValueError, match="^not an observation space's data"):
+        space_from_data(data)

@@ -4,6 +4,10 @@ without memory; a wrong observation is one line naming the space it expected."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import gymnasium as gym
 import multi_sensor_envs
 import numpy as np
@@ -152,3 +156,26 @@ def test_a_discrete_observation_below_its_start_is_refused_not_read_from_the_end
         with pytest.raises(acer_sync.UserError, match="has a discrete part below its start"):
             policy.predict(observation)
     assert np.shape(policy.predict(np.array([0, 15]))[0]) == (2,)
+
+
+LOAD_ELSEWHERE = """
+import sys
+sys.path.insert(0, {tests!r})
+import acer_sync, test_predict
+policy = acer_sync.load({run_dir!r})
+obs, _ = test_predict.{make}().reset(seed=0)
+print(policy.predict(obs)[0], policy.predict(acer_sync.make_env(test_predict.{make}).reset(seed=0)[0])[0])
+"""
+
+
+@pytest.mark.parametrize("make", ["make_dict_env", "make_camera_and_switch_env"])
+def test_a_run_of_a_callable_loaded_in_another_process_takes_the_envs_own_observations(tmp_path, make):
+    # The callable's env cannot be made where the run is loaded (its registration was the training
+    # process's), so load knew no observation space and refused the env's own observations: "predict
+    # takes an observation of shape (7,) ..., got dict". The checkpoint keeps the space as plain data.
+    run_dir = acer_sync.train(globals()[make], run_dir=tmp_path / "run", **SMALL)
+    script = LOAD_ELSEWHERE.format(tests=str(Path(__file__).parent), run_dir=str(run_dir), make=make)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).parents[1])
+    assert result.returncode == 0, result.stderr
+    assert all(action in ("0", "1") for action in result.stdout.split())

@@ -39,6 +39,7 @@ from atari.envs import (
     resolve_spec,
 )
 from atari.episodes import LifeLossActionsWrapper
+from atari.space_data import space_from_data
 
 #: A recurrent policy's state, as ``Policy.predict`` takes and returns it: ``(h, c)``, ``[n, size]`` each.
 PolicyState = tuple[np.ndarray, ...]
@@ -221,8 +222,15 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     if not isinstance(start, int) or isinstance(start, bool):
         raise UserError(f"{path} is not a usable acer_sync checkpoint: its action_start is {start!r}, not a whole number")
     distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n, start)
+    if info is not None:
+        observation_space = info.observation_space
+    else:  # an env that cannot be made here (a callable of another process): the space it had in training
+        try:
+            observation_space = space_from_data(payload["observation_space"])
+        except ValueError as error:
+            raise UserError(f"{path} is not a usable acer_sync checkpoint: its observation_space is {error}") from None
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
-                  observation_space=info.observation_space if info is not None else None, vec_env=str(config.get("vec_env", "")))
+                  observation_space=observation_space, vec_env=str(config.get("vec_env", "")))
 
 
 def _starts(episode_start) -> np.ndarray:

@@ -9,6 +9,8 @@ Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
 * ``config``: every :class:`~acer_sync.base.config.Config` field; ``env_id``; ``action_low`` and
   ``action_high``, the Box a Gaussian policy's actions are clipped to (empty for discrete actions);
   ``action_start``, a ``Discrete(n, start)`` space's first action (0 in files written before it);
+  ``observation_space``, the env's own where training turns its observations into other frames, as
+  plain data (:mod:`atari.space_data`; None otherwise, and in files written before it);
 * ``model_spec`` (every key the network records), ``model``, ``average_model``, ``optimizer``;
 * ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``, ``unlearned_segments``,
   ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
@@ -42,6 +44,7 @@ from acer_sync.base.errors import UserError, WriteFailed, names_a_path
 from acer_sync.nets.networks import complete_spec, network_from_spec
 from acer_sync.training.rng_state import capture_rng, restore_rng
 from atari.envs import env_info
+from atari.space_data import space_to_data
 
 FORMAT_VERSION = 3
 LATEST = "latest.pt"
@@ -250,6 +253,8 @@ def migrate(payload: dict) -> dict:
         payload["format"] = 3
     # Files written before Discrete(n, start) was taken lack action_start: their envs' actions started at 0.
     payload.setdefault("action_start", 0)
+    # ... and the env's own observation space (None: the frames are its observations, or unknown).
+    payload.setdefault("observation_space", None)
     # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was.
     if isinstance(payload.get("counters"), dict):
         payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
@@ -314,6 +319,7 @@ def trainer_payload(trainer) -> dict:
         "action_low": list(trainer.info.action_low),
         "action_high": list(trainer.info.action_high),
         "action_start": trainer.info.action_start,
+        "observation_space": space_to_data(trainer.info.observation_space),
         "model_spec": trainer.model.spec(),
         "model": trainer.model.state_dict(),
         "average_model": trainer.agent.average_model.state_dict(),
