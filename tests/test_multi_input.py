@@ -118,10 +118,11 @@ def test_a_saved_buffer_of_parts_loads_back_exactly(tmp_path):
         assert np.array_equal(restored.arrays[name], buffer.arrays[name])
 
 
-@pytest.mark.parametrize("network", ["auto", "lstm"])
-def test_trains_resumes_with_its_buffer_and_predicts_from_the_envs_own_observations(tmp_path, network):
+@pytest.mark.parametrize("network, replay_state", [("auto", "stored"), ("lstm", "stored"), ("lstm", "burn_in")])
+def test_trains_resumes_with_its_buffer_and_predicts_from_the_envs_own_observations(tmp_path, network, replay_state):
+    # burn_in sliced the previous segment's observations as one tensor: a TypeError at the first replay
     run_dir = acer_sync.train(ENV, run_dir=tmp_path / "run", total_timesteps=160, network=network, save_buffer=True,
-                              env_kwargs={"size": 36}, **SMALL)
+                              env_kwargs={"size": 36}, replay_state=replay_state, **SMALL)
     assert load_checkpoint(run_dir)["model_spec"]["arch"] == ("multi_lstm" if network == "lstm" else "multi")
     acer_sync.train(resume=run_dir, total_timesteps=240, verbose=0)
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240

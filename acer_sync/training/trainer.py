@@ -30,6 +30,7 @@ from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import CallbackFailed, CallbackList
 from acer_sync.training.progress import UpdateStats
 from acer_sync.training.signals import STOP_GRACE_SECONDS, GracefulStop
+from atari import parts
 from atari.envs import EnvInfo, VecEnv
 from atari.episodes import EpisodeTracker
 from atari.errors import EnvFailed, EnvTimedOut
@@ -189,7 +190,8 @@ class Trainer:
         previous, available = self.buffer.previous(index)
         previous = self._load(lambda: previous)
         with torch.no_grad():
-            _, burned = self.agent.net.unroll(previous.obs[:-1], previous.firsts[:-1], previous.state)
+            observations = parts.map_parts(lambda obs: obs[:-1], previous.obs)  # a dict of them for a multi-part observation
+            _, burned = self.agent.net.unroll(observations, previous.firsts[:-1], previous.state)
         use = upload(available, self.device).unsqueeze(-1)
         return batch._replace(state=tuple(torch.where(use, new, stored) for new, stored in zip(burned, batch.state)))
 
