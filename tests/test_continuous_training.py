@@ -14,7 +14,7 @@ from acer_sync.training.acer import ACER
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from helpers import features_of, ff_batch, gaussian_net
+from helpers import features_of, ff_batch, gaussian_net, random_batch
 
 
 def test_running_normalizer_matches_numpy():
@@ -65,6 +65,27 @@ def test_gaussian_update_moves_the_policy_and_stays_finite():
     # but float rounding's (RMSProp then scales that by lr / sqrt(eps): well below 1e-6).
     assert moved.pop("head.advantage.bias") < 1e-6
     assert min(moved.values()) > 1e-5, moved
+
+
+def test_log_std_past_a_bound_is_projected_back_and_moves_again():
+    # log σ is a parameter and the policy clamps it: past a bound the clamp passed no gradient, and a
+    # log σ that a step carried past 2 (or -5) stayed there for the rest of the run.
+    T, N, d = 5, 4, 2
+    b = random_batch(T, N, (1, 3), d, True, seed=1)
+    # behaviour data from a narrow policy, all rewarded: the update narrows σ
+    b["actions"] = b["mu"][..., :d] + 0.05 * torch.randn(T, N, d, generator=torch.Generator().manual_seed(3))
+    b["rewards"] = torch.ones(T, N)
+    batch = ff_batch(**b)
+    torch.manual_seed(0)
+    model = gaussian_net((1, 3), d, (16,), [1.0, 1.0])
+    with torch.no_grad():
+        model.head.log_std.fill_(LOG_STD_MAX + 0.01)
+    agent = ACER(model, Config(env="test", nsteps=T, num_envs=N, hidden="16"))
+    agent.update(batch, lr=1e-2)
+    assert model.head.log_std.max().item() <= LOG_STD_MAX
+    for _ in range(20):
+        agent.update(batch, lr=1e-2)
+    assert model.head.log_std.max().item() < LOG_STD_MAX  # moving inside again (it stayed at 2.01)
 
 
 def test_trust_region_shrinks_the_gaussian_kl_step():

@@ -46,6 +46,10 @@ class CategoricalHead(nn.Module):
         self.q = nn.Linear(self.q_mlp.features_dim, n_actions)
         self.shared = not net_arch  # the outputs sit on the shared features
 
+    def parameter_bounds(self) -> list[tuple[nn.Parameter, float, float]]:
+        """None: every parameter is free."""
+        return []
+
     def init_outputs(self) -> None:
         """π's logits orthogonal, gain 0.01; Q's orthogonal, gain 1, where it sits on the shared features."""
         init_orthogonal(self.pi, 0.01)
@@ -95,6 +99,12 @@ class GaussianHead(nn.Module):
         init_orthogonal(self.mean, 0.01)
         if self.shared:
             init_orthogonal(self.value, 1.0)
+
+    def parameter_bounds(self) -> list[tuple[nn.Parameter, float, float]]:
+        """log σ's bounds, which the update projects it back into after each step: the clamp in
+        :meth:`policy_of` passes no gradient beyond a bound, so a log σ that a step carried past one
+        (σ a state-independent parameter) stayed there for the rest of the run."""
+        return [(self.log_std, LOG_STD_MIN, LOG_STD_MAX)]
 
     def policy_of(self, features: torch.Tensor) -> torch.Tensor:
         """φ = [m(x), log σ], ``[B, 2d]``."""

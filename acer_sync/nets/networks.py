@@ -160,6 +160,10 @@ class ActorCriticNet(nn.Module):
     def policy_of(self, features: torch.Tensor) -> torch.Tensor:
         return self.head.policy_of(features)
 
+    def parameter_bounds(self) -> list[tuple[nn.Parameter, float, float]]:
+        """Parameters with bounds, ``(parameter, low, high)``, that the update keeps them in (the head's)."""
+        return self.head.parameter_bounds()
+
     def value_of(self, features: torch.Tensor) -> torch.Tensor:
         return self.head.value_of(features)
 

@@ -104,6 +104,7 @@ class ACER:
         self.net = NetworkPasses(model, config.precision, device)
         self.average_net = NetworkPasses(self.average_model, config.precision, device)
         self.parameters = list(model.parameters())  # listed once (see PolyakAverage)
+        self.bounded = model.parameter_bounds()  # projected back into their bounds after each step
         self.optimizer = RMSpropTF(self.parameters, lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.optimizer.init_state()
         self.polyak = PolyakAverage(self.average_model, model)
@@ -124,6 +125,13 @@ class ACER:
         if self.compile_mode == "graph":
             self.mark_static_inputs()
             self.optimizer.register_load_state_dict_post_hook(lambda optimizer: self.mark_static_inputs())
+
+    @torch.no_grad()
+    def _keep_in_bounds(self) -> None:
+        """Project the bounded parameters (log σ) back into their bounds after a step: at a bound
+        the clamp passes the gradient, so the next step may move it back inside."""
+        for parameter, low, high in self.bounded:
+            parameter.clamp_(low, high)
 
     def mark_static_inputs(self) -> list[torch.Tensor]:
         """Mark the tensors the update changes in place, other than parameters, as static inputs
@@ -309,11 +317,13 @@ class ACER:
         finite = torch.isfinite(grad_norm) & torch.isfinite(loss)
         if self.sync_free:
             self.optimizer.step_masked(finite, self.lr)
+            self._keep_in_bounds()
             self.polyak.update(cfg.alpha, finite)
         elif bool(finite):
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()
+            self._keep_in_bounds()
             with self.timer("average_update"):
                 self.polyak.update(cfg.alpha)
         self._nonfinite_total.add_(~finite)
