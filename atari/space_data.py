@@ -55,7 +55,8 @@ def space_from_data(data) -> gym.Space | None:
         if kind == "Tuple":
             return gym.spaces.Tuple([space_from_data(part) for part in data["spaces"]])
         if kind == "Dict":
-            return gym.spaces.Dict(dict(zip(data["keys"], (space_from_data(part) for part in data["spaces"]), strict=True)))
+            # pairs, not a dict: gymnasium sorts a dict's keys, and an env's own order (an OrderedDict) is the frames' order
+            return gym.spaces.Dict(list(zip(data["keys"], (space_from_data(part) for part in data["spaces"]), strict=True)))
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         raise ValueError(f"not an observation space's data ({type(error).__name__}: {error})") from None
     raise ValueError(f"not an observation space's data (kind {data.get('kind')!r})" if isinstance(data, dict) else

@@ -156,6 +156,18 @@ def test_an_id_run_resumes_through_the_api(runs, tmp_path):
     assert load_checkpoint(run_dir)["config"]["total_timesteps"] == 280
 
 
+def test_a_finished_run_resumes_as_finished_and_a_total_below_its_step_is_refused(tmp_path):
+    # 40 steps an iteration: asked for 60, the run ends at 80, past its own total, and a resume
+    # without flags (a requeue script's, a sweep trial's) finishes at once, as it did.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False,
+                              **{**SMALL, "total_timesteps": 60, "nsteps": 20})
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 80
+    assert acer_sync.train(resume=run_dir, progress_bar=False) == run_dir
+    with pytest.raises(acer_sync.UserError, match=r"^--total-timesteps 70 is below the step the run has reached \(80\)"):
+        acer_sync.train(resume=run_dir, total_timesteps=70)
+    assert load_checkpoint(run_dir)["config"]["total_timesteps"] == 60
+
+
 def test_a_resume_that_moves_a_linear_schedules_end_says_how_the_rate_changes(tmp_path, caplog):
     run_dir = tmp_path / "run"
     settings = {**SMALL, "total_timesteps": 80, "lr": 0.001, "lr_schedule": "linear"}

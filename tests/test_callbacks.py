@@ -328,6 +328,7 @@ def test_a_reward_to_stop_at_that_no_evaluation_can_reach_is_warned_of(tmp_path,
 def test_a_reward_to_stop_at_that_is_not_a_number_is_a_user_error(threshold):
     with pytest.raises(acer_sync.UserError, match="^StopTrainingOnReward: the reward to stop at must be a finite number"):
         acer_sync.StopTrainingOnReward(threshold)
+    assert acer_sync.StopTrainingOnReward(np.float32(195.0)).threshold == 195.0  # numpy's numbers are numbers
 
 
 def test_a_reward_to_stop_at_is_not_warned_of_when_the_last_iteration_evaluates(tmp_path, caplog):

@@ -161,6 +161,12 @@ def test_an_observation_space_goes_through_a_checkpoint_as_plain_data(tmp_path, 
     assert space_from_data(torch.load(path, weights_only=True)["space"]) == space
 
 
+def test_a_dict_space_keeps_the_envs_own_order_of_its_keys():
+    # The frames' parts follow it; gymnasium sorts a plain dict's keys, and Dict's == ignores the order.
+    space = gym.spaces.Dict([("z", gym.spaces.Discrete(2)), ("a", gym.spaces.Box(-1, 1, (3,), np.float32))])
+    assert list(space_from_data(space_to_data(space)).spaces) == ["z", "a"]
+
+
 @pytest.mark.parametrize("data", [{"kind": "Text"}, {"kind": "Box", "low": 1}, [1, 2], {"kind": "Dict", "keys": ["a"], "spaces": []}])
 def test_data_that_is_no_observation_space_is_a_value_error(data):
     with pytest.raises(ValueError, match="^not an observation space's data"):

@@ -132,6 +132,28 @@ def test_a_collection_that_hangs_is_given_up_at_the_timeout_or_after_a_stop():
         failing.wait(0, lambda: None, 10.0)
 
 
+def test_a_stop_of_the_whole_process_is_not_the_envs_time(monkeypatch):
+    # Ctrl-Z, kill -STOP, a batch system's suspend: the clock jumps 3 s between two polls of the
+    # waiter, in the middle of a call of healthy 10 ms steps, and --env-timeout is 1.5 s.
+    real, offset = time.monotonic, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real() + offset[0])
+    calls = Calls()
+
+    def collect():
+        for step in range(100):
+            if step == 50:
+                calls.running = ("step", time.monotonic())
+                offset[0] += 3.0  # stopped while this step ran
+                time.sleep(0.2)
+                calls.running = None
+            calls.call(0.01)
+        return "segment"
+
+    collector = BackgroundCollector(collect, "Hangs-v0", lambda: calls.running)
+    collector.start()
+    assert collector.wait(1.5, lambda: None, 10.0) == "segment"
+
+
 def test_the_timeout_and_the_stop_grace_are_each_env_calls_as_in_serial_mode():
     # --env-timeout is the time one env step may take, not a segment's collection: 8 healthy steps
     # of 0.15 s outlast a timeout of 0.5 s together.

@@ -414,6 +414,13 @@ def test_a_config_file_takes_numbers_written_with_an_exponent_and_no_dot(tmp_pat
     assert load_config_file(path) == {"lr": 0.001, "rms_eps": 1e-5, "env_kwargs": {"scale": 200.0}}
 
 
+def test_a_config_file_with_yaml_merge_keys_loads_and_its_own_keys_override_the_merged_ones(tmp_path):
+    # the duplicate-key check read the merge key "<<" as a key, and refused every file with one
+    path = tmp_path / "merged.yaml"
+    path.write_text("env_kwargs: {<<: {length: 12, hard: true}, hard: false}\nlr: 0.002\n")
+    assert load_config_file(path) == {"env_kwargs": {"length": 12, "hard": False}, "lr": 0.002}
+
+
 def test_train_with_a_missing_config_file_is_a_one_line_error(tmp_path):
     result = subprocess.run([sys.executable, "train.py", "--config", str(tmp_path / "none.yaml")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)

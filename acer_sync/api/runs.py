@@ -390,7 +390,9 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
         )
     check_recorded_config(run_dir, saved)
     step = payload["counters"].get("timesteps") if isinstance(payload.get("counters"), dict) else None
-    if isinstance(step, int) and config.total_timesteps < step:  # it trained nothing, said "finished" and saved the smaller total
+    if isinstance(step, int) and config.total_timesteps != saved.total_timesteps and config.total_timesteps < step:
+        # it trained nothing, said "finished" and saved the smaller total (a run's own total may be below its
+        # step: the last iteration goes past it)
         raise UserError(f"--total-timesteps {config.total_timesteps} is below the step the run has reached ({step}); "
                         "give more to train on")
     if config.lr_schedule == "linear" and config.total_timesteps != saved.total_timesteps and isinstance(step, int):

@@ -29,6 +29,8 @@ class SettingsLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # <<: keys merged in, which the mapping's own may override
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 repeated = key in seen

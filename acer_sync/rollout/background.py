@@ -135,10 +135,14 @@ class BackgroundCollector:
             if not thread.is_alive():
                 break
             now, signal, running = time.monotonic(), stopped(), self.env_call()
+            gap = now - last if now - last > 1.0 else 0.0  # the process was stopped (Ctrl-Z, kill -STOP): not the env's time
             if running != call:
                 call, began = running, running[1] if running is not None else 0.0
-            elif now - last > 1.0:  # the process was stopped (Ctrl-Z, kill -STOP): not the env's time
-                began += now - last
+                # A call that began before the stop began over gap seconds ago, one after it within a poll's 50 ms.
+                if running is not None and now - running[1] > gap / 2:
+                    began += gap
+            else:
+                began += gap
             last = now
             if call is None:
                 continue

@@ -24,6 +24,7 @@ An exception raised in a user's callback saves a checkpoint, then propagates.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -486,7 +487,7 @@ class StopTrainingOnReward(Callback):
     scripts exit 0."""
 
     def __init__(self, threshold: float):
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
             raise UserError(f"StopTrainingOnReward: the reward to stop at must be a finite number, got {threshold!r}")
         self.threshold = float(threshold)
 
