@@ -37,7 +37,6 @@ from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import LOCK_FILE, RunLock
-from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
@@ -389,16 +388,6 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
             f"with acer_sync.train({name.rsplit('.', 1)[-1]}, resume={str(run_dir)!r})"
         )
     check_recorded_config(run_dir, saved)
-    step = payload["counters"].get("timesteps") if isinstance(payload.get("counters"), dict) else None
-    if isinstance(step, int) and config.total_timesteps != saved.total_timesteps and config.total_timesteps < step:
-        # it trained nothing, said "finished" and saved the smaller total (a run's own total may be below its
-        # step: the last iteration goes past it)
-        raise UserError(f"--total-timesteps {config.total_timesteps} is below the step the run has reached ({step}); "
-                        "give more to train on")
-    if config.lr_schedule == "linear" and config.total_timesteps != saved.total_timesteps and isinstance(step, int):
-        before, after = (learning_rate("linear", config.lr, step, total) for total in (saved.total_timesteps, config.total_timesteps))
-        log.warning(f"--total-timesteps {config.total_timesteps} moves the linear learning-rate schedule's end from step "
-                    f"{saved.total_timesteps}: at step {step} the rate goes from {before:.3g} to {after:.3g}")
     progress = run_dir / "progress.csv"
     if progress.exists() and progress.stat().st_size > 0:
         check_progress(progress)
