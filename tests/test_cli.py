@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import pickle
+import re
 import resource
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import cv2
 import pytest
 import torch
 
+import acer_sync
 from acer_sync.base.errors import UserError
 from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
 from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
@@ -163,12 +165,6 @@ def test_resume_refuses_conflicting_flags(pong_run):
         (["--buffer-size", "10"], "--buffer-size (10) must hold at least one segment"),
         (["--buffer-size", "100000000"], "lower --buffer-size"),
         (["--num-envs", "many"], "invalid int value"),
-        # sizes past what torch, setitimer or memory can take: tracebacks before
-        (["--env-timeout", "1e10"], "--env-timeout must be <= 1e+09 seconds (0: no limit)"),
-        (["--network", "cnn_lstm", "--lstm-size", "1" + "0" * 30], "--lstm-size must be <= 2147483647"),
-        (["--env", "CartPole-v1", "--hidden", "64," + "9" * 20], "--hidden's layer sizes must be <= 2147483647"),
-        (["--env", "Pendulum-v1", "--sdn-samples", "1000000000"], "--sdn-samples must be <= 1000"),
-        (["--env", "CartPole-v1", "--torso-kwargs", "a=1"], "--torso-kwargs are for a --torso class, and none is given"),
     ],
 )
 def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
@@ -176,6 +172,21 @@ def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
     line = one_line_error(run("train.py", *args, "--run-dir", tmp_path / "run"))
     assert message in line
     assert not (tmp_path / "run").exists()  # nothing written, not even config.json
+
+
+@pytest.mark.parametrize("env, settings, message", [
+    # sizes past what torch, setitimer or memory can take: tracebacks before
+    ("CartPole-v1", dict(env_timeout=1e10), "--env-timeout must be <= 1e+09 seconds (0: no limit)"),
+    ("CartPole-v1", dict(network="lstm", lstm_size=10**30), "--lstm-size must be <= 2147483647"),
+    ("CartPole-v1", dict(hidden="64," + "9" * 20), "--hidden's layer sizes must be <= 2147483647"),
+    ("Pendulum-v1", dict(sdn_samples=10**9), "--sdn-samples must be <= 1000"),
+    # dropped in silence before
+    ("CartPole-v1", dict(torso_kwargs={"a": 1}), "--torso-kwargs are for a --torso class, and none is given"),
+])
+def test_settings_out_of_every_range_are_user_errors_that_write_nothing(tmp_path, env, settings, message):
+    with pytest.raises(acer_sync.UserError, match=re.escape(message)):
+        acer_sync.train(env, run_dir=tmp_path / "run", **settings)
+    assert not (tmp_path / "run").exists()
 
 
 UNSUPPORTED_ACTIONS = """
