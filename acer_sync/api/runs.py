@@ -36,7 +36,7 @@ from acer_sync.base.config_file import check_setting, env_settings_line, load_en
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
-from acer_sync.base.run_lock import LOCK_FILE, RunLock
+from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
@@ -157,7 +157,6 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         refuse_traversal(resume, "--resume")
         if not resume.is_dir():
             raise UserError(f"--resume {resume}: no such run directory")
-        locked_before = (resume / LOCK_FILE).exists()  # a lock file this start makes goes if it fails
         try:
             lock = RunLock.acquire(resume)  # before the checkpoint is read: another writer may be saving it
         except WriteFailed as error:
@@ -165,7 +164,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         try:
             config, info, payload = resumed_run(resume, env, settings)
         except BaseException:
-            lock.release(remove=not locked_before)  # --resume of a directory that holds no run writes nothing
+            lock.release(remove=lock.made_file)  # --resume of a directory that holds no run writes nothing
             raise
         run_dir, created = resume, []
     else:

@@ -55,9 +55,11 @@ def _holder_text(fd: int) -> str:
 class RunLock:
     """Held from :meth:`acquire` until :meth:`release` (or the process's end)."""
 
-    def __init__(self, run_dir: Path, fd: int):
+    def __init__(self, run_dir: Path, fd: int, made_file: bool = False):
         self.path = Path(run_dir) / LOCK_FILE
         self.fd = fd
+        #: Whether :meth:`acquire` made the lock file (a start that fails removes it again).
+        self.made_file = made_file
 
     @classmethod
     def acquire(cls, run_dir: Path) -> "RunLock":
@@ -91,12 +93,12 @@ class RunLock:
                 "(wait for it to end, or stop it, then --resume)"
             ) from None
         _held.add(fd)
-        lock = cls(run_dir, fd)
+        lock = cls(run_dir, fd, made_file=not existed)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         except OSError as error:  # a full disk, say
-            lock.release(remove=not existed)
+            lock.release(remove=lock.made_file)
             raise WriteFailed(path, error) from None
         return lock
 

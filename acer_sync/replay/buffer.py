@@ -410,7 +410,7 @@ class ReplayBuffer:
         stored = self.arrays["timeout_values"]
         cut = self._index(self.restart_cut)
         row = stored[last_step]
-        new = self._index(np.asarray(values, dtype=np.float32)) if self.tensors else np.asarray(values, dtype=np.float32)
+        new = self._index(np.asarray(values, dtype=np.float32))  # on the buffer's device, for tensors
         stored[last_step] = torch.where(cut, new, row) if self.tensors else np.where(cut, new, row)
         self.restart_cut = np.zeros(self.num_envs, dtype=bool)
 

@@ -179,17 +179,17 @@ def build_trainer(
         tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
         steps_per_iteration = config.num_envs * config.nsteps
         counters = restore(resume, model, agent, tracker, sampler, steps_per_iteration) if resume is not None else {}
-        saved_total = resume["config"]["total_timesteps"] if resume is not None else None
-        if resume is not None and config.total_timesteps != saved_total and config.total_timesteps < counters["timesteps"]:
-            # it trained nothing, said "finished" and saved the smaller total (a run's own total may be below
-            # its step: the last iteration goes past it)
-            raise UserError(f"--total-timesteps {config.total_timesteps} is below the step the run has reached "
-                            f"({counters['timesteps']}); give more to train on")
-        if resume is not None and config.lr_schedule == "linear" and config.total_timesteps != saved_total:
-            step = counters["timesteps"]
-            before, after = (learning_rate("linear", config.lr, step, total) for total in (saved_total, config.total_timesteps))
-            log.warning(f"--total-timesteps {config.total_timesteps} moves the linear learning-rate schedule's end from step "
-                        f"{saved_total}: at step {step} the rate goes from {before:.3g} to {after:.3g}")
+        if resume is not None and config.total_timesteps != resume["config"]["total_timesteps"]:
+            saved_total, step = resume["config"]["total_timesteps"], counters["timesteps"]
+            if config.total_timesteps < step:
+                # it trained nothing, said "finished" and saved the smaller total (a run's own total may be below
+                # its step: the last iteration goes past it)
+                raise UserError(f"--total-timesteps {config.total_timesteps} is below the step the run has reached "
+                                f"({step}); give more to train on")
+            if config.lr_schedule == "linear":
+                before, after = (learning_rate("linear", config.lr, step, total) for total in (saved_total, config.total_timesteps))
+                log.warning(f"--total-timesteps {config.total_timesteps} moves the linear learning-rate schedule's end from "
+                            f"step {saved_total}: at step {step} the rate goes from {before:.3g} to {after:.3g}")
 
         buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack, device=storage)
         per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
