@@ -1,7 +1,17 @@
-"""Test options: slow tests are deselected unless --runslow is given or the test is named."""
+"""Test options: slow tests are deselected unless --runslow is given or the test is named; with pytest-xdist's
+``-n 2`` (the README's and CI's command) the suite runs in two workers, a test file at a time, the files
+that start Ray in one worker one after the other.
+
+Many tests wait on a train.py process, a signal or a timeout with a core idle, so two workers take about
+0.6 of the time one takes on two cores. A file is one unit of work, so a module's fixtures are built once;
+no two Ray clusters start at once, since a ``ray.init()`` may join the other's. Plain ``pytest`` (the GPU
+box's image has no pytest-xdist) runs the suite in this process, as before.
+"""
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -31,3 +41,24 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+RAY_FILES = {"test_bench.py", "test_cluster.py", "test_sweep.py"}
+
+
+def work_unit(nodeid: str) -> str:
+    """A test's unit of work in pytest-xdist: its file, or "ray" for the files that start Ray."""
+    path = nodeid.split("::", 1)[0]
+    return "ray" if Path(path).name in RAY_FILES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's file-by-file scheduling, with the files that start Ray as one unit."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesWithRayTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return FilesWithRayTogether(config, log)
