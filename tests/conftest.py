@@ -4,8 +4,9 @@ that start Ray in one worker one after the other.
 
 Many tests wait on a train.py process, a signal or a timeout with a core idle, so two workers take about
 0.6 of the time one takes on two cores. A file is one unit of work, so a module's fixtures are built once;
-no two Ray clusters start at once, since a ``ray.init()`` may join the other's. Plain ``pytest`` (the GPU
-box's image has no pytest-xdist) runs the suite in this process, as before.
+no two Ray clusters start at once: each counts the machine's cores as its own, and a ``ray.init()``
+without an address joins the latest cluster that ``ray start`` began on the machine. Plain ``pytest`` (the
+GPU box's image has no pytest-xdist) runs the suite in this process, as before.
 """
 
 import sys
