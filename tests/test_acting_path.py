@@ -216,6 +216,75 @@ def test_cuda_a_capture_after_actings_is_not_broken_by_inference_mode():
     assert result.returncode == 0 and result.stdout.strip() == "recorded", result.stderr
 
 
+REPLAYS_BESIDE_CAPTURES = """
+import threading
+import torch
+from acer_sync.rollout.acting_graph import ActingGraph
+
+generator = torch.Generator("cuda").manual_seed(0)  # the collecting thread's own, as overlap gives it
+
+def step(obs, first, state):
+    probabilities = torch.softmax(obs, -1)
+    return torch.multinomial(probabilities, 1, generator=generator).squeeze(-1), probabilities, state
+
+default = torch.cuda.default_generators[torch.cuda.current_device()]
+before = (default.initial_seed(), default.get_offset())
+obs, first = torch.randn(3, 4, device="cuda"), torch.zeros(3, dtype=torch.bool, device="cuda")
+acting_stream = torch.cuda.Stream()
+graph = ActingGraph(step, generator)
+with torch.cuda.stream(acting_stream), torch.inference_mode():
+    graph.prepare(obs, first, ())
+assert graph.captured
+assert (default.initial_seed(), default.get_offset()) == before  # acting left the default generator alone
+errors, stop = [], threading.Event()
+
+def collect():  # acting's replays in the collecting thread, on its own stream, reading each step back
+    with torch.cuda.stream(acting_stream), torch.inference_mode():
+        while not stop.is_set():
+            try:
+                graph(obs, first, ())
+                acting_stream.synchronize()
+            except Exception as error:
+                errors.append(repr(error))
+                return
+
+thread = threading.Thread(target=collect)
+thread.start()
+x = torch.randn(256, 256, device="cuda") / 16
+side = torch.cuda.Stream()  # the matrix product's and the sampler's first use, before any capture
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    torch.tanh(x @ x) + torch.randn(4, device="cuda")
+torch.cuda.current_stream().wait_stream(side)
+draws = []
+for _ in range(20):  # the update's CUDA graphs recorded in the learner's thread, drawing from the default generator
+    recorded = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(recorded, capture_error_mode="thread_local"):
+        y = x
+        for _ in range(50):
+            y = torch.tanh(y @ x)
+        noise = torch.randn(4, device="cuda") + 0 * y.sum()
+    recorded.replay()
+    draws.append(noise.cpu())
+stop.set()
+thread.join()
+assert not errors, errors
+assert len({draw.numpy().tobytes() for draw in draws}) == len(draws)  # no two updates drew the same numbers
+print("replayed")
+"""
+
+
+@requires_cuda
+def test_cuda_acting_replays_beside_the_learners_captures():
+    # --pipeline overlap --compile graph: acting's graph replays in the collecting thread while the
+    # update's CUDA graphs record in the learner's. Under torch 2.11 a replay of a graph registered
+    # with the default generator fails while another thread captures, unless acting's capture set
+    # the default generator aside (acting_graph.default_generator_set_aside).
+    result = subprocess.run([sys.executable, "-c", REPLAYS_BESIDE_CAPTURES], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "replayed", result.stderr
+
+
 @requires_cuda
 def test_cuda_a_step_that_reads_the_device_back_acts_eagerly_with_one_warning(caplog):
     # A host sync cannot be captured: the warm-up (in sync-debug "error" mode) finds it, and the

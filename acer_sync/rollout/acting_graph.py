@@ -28,6 +28,7 @@ mark a capture), so it is a :class:`~atari.errors.UserError` that names ``--comp
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import torch
 
@@ -119,7 +120,8 @@ class ActingGraph:
             graph = torch.cuda.CUDAGraph()
             if self.generator is not None:
                 graph.register_generator_state(self.generator)
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with default_generator_set_aside(self.first.device, self.generator is not None), \
+                    torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 try:
                     self.packed = self._run_step()
                 except Exception as error:
@@ -162,6 +164,34 @@ class ActingGraph:
             self.graph.replay()
             return self.packed, self.state
         return self._run_step(), self.state
+
+
+@contextmanager
+def default_generator_set_aside(device: torch.device, enabled: bool):
+    """During acting's capture, the device's default generator holds a private state of its own.
+
+    In torch 2.11 (the lent GPU machine's), a capture registers the default generator with its
+    graph whether or not the graph draws from it; every replay then refills that generator's seed
+    and offset tensors and adds 0 to its offset, a check that fails while another thread captures
+    ("Offset increment outside graph capture encountered unexpectedly"). With ``--pipeline overlap
+    --compile graph``, acting replays in the collecting thread while the update's CUDA graphs
+    record in the learner's, so the run would stop at its start; and the refill, on the acting
+    stream, races with the update's graphs that draw from the default generator (the Gaussian
+    head's samples), so that two updates could draw the same numbers. Acting that samples from a
+    generator of its own (``enabled``: the collecting thread's) never draws from the default one:
+    its graph registers a private state instead, and the default generator keeps its own. torch
+    2.13 keeps a generator's state per capture (pytorch#176752), where this changes nothing.
+    """
+    if not enabled:
+        yield
+        return
+    default = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    saved = default.graphsafe_get_state()
+    default.graphsafe_set_state(torch.Generator(device))
+    try:
+        yield
+    finally:
+        default.graphsafe_set_state(saved)
 
 
 def pack(actions: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
