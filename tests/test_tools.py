@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -251,6 +252,22 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
 
 
+def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
+    # A setting that hangs (here a bench.py that sleeps) must not hold the device call: it is cut
+    # at --cut seconds and recorded as failed, and the report goes on to the next.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\n[ "$1" = bench.py ] && exec sleep 600\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
+                             "--seconds", "1", "--budget", "33", "--cut", "2", "--out", str(tmp_path / "report"),
+                             "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (report,) = (tmp_path / "report").glob("cpu-*.jsonl")
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert lines[0] == {"report": "--num-envs 16", "failed": "cut at 2 s (exit 124)"}
+    assert lines[1]["report"] == "cuda tests" and len(lines) == 12
+
+
 def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--out", str(tmp_path), "--python", sys.executable],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -279,10 +296,10 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
     # a piece cut by time (SIGINT, a checkpoint), a resume that reaches the target, and a call after.
     run_dir, outs = tmp_path / "run", [tmp_path / f"out{i}" for i in range(3)]
 
-    def piece(out, reward, seconds):
+    def piece(out, reward, seconds, *options):
         command = ["bash", str(ROOT / "tools" / "gpu_pong.sh"), "--device", "cpu", "--env", "CartPole-v1", "--reward",
                    str(reward), "--seconds", str(seconds), "--run-dir", str(run_dir), "--out", str(out), "--python",
-                   sys.executable, "--", "--compile", "off", "--eval-every", "2000", "--eval-episodes", "100"]
+                   sys.executable, *options, "--", "--compile", "off", "--eval-every", "2000", "--eval-episodes", "100"]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
     # A call that ended before its first checkpoint (its first compile cut, a crash) left a run
@@ -297,7 +314,9 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
         archive.add(tmp_path / "compile_cache", arcname="compile_cache")
     # CartPole's most is 500: cut by time. train.py starts in about 2 s here (imports, envs); a
     # SIGINT before its training begins ends it without a checkpoint, so the cut leaves it 10 s.
-    first = piece(outs[0], 1000, 10)
+    # A device call brings back files of at most 16 MiB (Pong's latest.pt is about 23 MB): a larger
+    # one goes out in parts, here CartPole's (about 140 kB) in parts of 60 kB.
+    first = piece(outs[0], 1000, 10, "--part-bytes", "60000")
     assert first.returncode == 0, first.stderr
     assert "held no checkpoint to resume" in first.stdout and "restored torch.compile's caches" in first.stdout
     (aside,) = tmp_path.glob("run.failed-*")
@@ -307,12 +326,20 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
                                                    "compile_cache.tar.gz"}
     with tarfile.open(outs[0] / "compile_cache.tar.gz") as archive:  # the caches go on with the run
         assert archive.extractfile("compile_cache/triton/kernel").read() == b"cached"
-    assert [p.name for p in (outs[0] / "checkpoints").iterdir()] == ["latest.pt"], first.stdout
+    parts = sorted(p.name for p in (outs[0] / "checkpoints").iterdir())
+    assert len(parts) >= 2 and parts == [f"latest.pt.part-a{letter}" for letter in "abcdefgh"[:len(parts)]], first.stdout
+    assert b"".join((outs[0] / "checkpoints" / part).read_bytes() for part in parts) == (
+        run_dir / "checkpoints" / "latest.pt").read_bytes()
     assert (run_dir / "train.log").exists() and (run_dir / "tb").is_dir()
     before, cut = [json.loads(line) for line in (outs[0] / "segments.jsonl").read_text().splitlines()]
     assert before == failed
     assert cut["segment"] == "fresh" and cut["exit_code"] == 124 and cut["reached"] is None and cut["steps"] > 0
+    # the next call trains in the previous call's OUT_DIR, carried back: the parts are joined first
+    run_dir = tmp_path / "carried"
+    shutil.copytree(outs[0], run_dir)
     second = piece(outs[1], 10, 60)
+    joined = {p.name for p in (run_dir / "checkpoints").iterdir()}
+    assert "latest.pt" in joined and not [name for name in joined if ".part-" in name], joined
     assert second.returncode == 0, second.stderr
     segments = [json.loads(line) for line in (outs[1] / "segments.jsonl").read_text().splitlines()]
     assert [line["segment"] for line in segments] == ["fresh", "fresh", "resume"] and segments[2]["exit_code"] == 0

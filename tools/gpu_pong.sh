@@ -2,9 +2,10 @@
 # Pong to a 100-game mean of 20 on the lent GPU (issue 35), in pieces that fit device calls: a
 # call runs train.py for at most S seconds (a fresh run, or a resume where RUN_DIR holds a
 # checkpoint), stops it with SIGINT (the run saves its checkpoint), and copies what a later call
-# needs to go on into OUT_DIR, small enough to carry back: five files (config.json, progress.csv,
-# segments.jsonl, checkpoints/latest.pt, compile_cache.tar.gz), since a device call brings back at most 8 files, none
-# more than 2 folders below $OUT (--out "$OUT/pong" puts latest.pt at that depth). The run itself
+# needs to go on into OUT_DIR, small enough to carry back: config.json, progress.csv,
+# segments.jsonl, checkpoints/latest.pt and compile_cache.tar.gz (the last two in parts where large,
+# below), since a device call brings back at most 8 files, of at most 16 MiB, none more than 2
+# folders below $OUT (--out "$OUT/pong" puts latest.pt at that depth). The run itself
 # trains in RUN_DIR, with its TensorBoard files and train.log. Each call appends one JSON line to
 # segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
 # far, the last 100-game mean, and where the mean first reached the target (steps, training time).
@@ -36,12 +37,22 @@
 #
 # Options: --env ID (PongNoFrameskip-v4), --device D (cuda), --reward R (20), --seconds S (480),
 # --run-dir DIR (where the run trains, runs/gpu_pong; resumed where it holds checkpoints/latest.pt),
-# --out DIR (runs/gpu_pong), --python PY; anything after -- goes to train.py on every call (a
-# resume accepts the settings it may change, and the others only at their saved values).
+# --out DIR (runs/gpu_pong), --python PY, --part-bytes N (15 MiB; see below); anything after --
+# goes to train.py on every call (a resume accepts the settings it may change, and the others only
+# at their saved values).
+#
+# A device call brings back files of at most 16 MiB, and the cnn_lstm's latest.pt is about 23 MB
+# (the network, the average network and RMSProp's state): OUT_DIR holds a file larger than
+# --part-bytes as FILE.part-aa, FILE.part-ab, ... (split), and a call whose RUN_DIR holds such parts
+# (the previous call's OUT_DIR, carried back) joins them first. OUT_DIR stays within 8 files and
+# 46 MiB, so that the next call carries it beside the checkout and .whl within the 64 MiB a call
+# carries: where the compile cache's parts would pass either, they are left out, and said so.
 set -u
 cd "$(dirname "$0")/.."
 ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=480 RUN_DIR=runs/gpu_pong OUT_DIR=runs/gpu_pong
 CHECKPOINT_EVERY=100000  # a fresh run's --checkpoint-every
+PART_BYTES=15728640  # 15 MiB: a device call brings back files of at most 16 MiB
+OUT_MAX_FILES=8 OUT_MAX_BYTES=48234496  # 46 MiB: the next call carries it beside the checkout (12.5 MB) and .whl (3.6 MB) within 64 MiB
 PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -52,11 +63,33 @@ while [ $# -gt 0 ]; do
     --run-dir) RUN_DIR=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
+    --part-bytes) PART_BYTES=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "gpu_pong.sh: error: unknown option $1 (see the header of tools/gpu_pong.sh)" >&2; exit 2 ;;
   esac
 done
 RUN_DIR=${RUN_DIR%/} OUT_DIR=${OUT_DIR%/}
+
+join_parts() {  # FILE: FILE made again from FILE.part-aa, -ab, ... (a previous call's OUT_DIR, carried back)
+  local parts=("$1".part-*)
+  [ -e "${parts[0]}" ] || return 0
+  cat "${parts[@]}" > "$1.joining" && mv "$1.joining" "$1" && rm -f "${parts[@]}" && return 0
+  rm -f "$1.joining"
+  echo "gpu_pong.sh: error: could not join ${parts[*]} into $1" >&2
+  exit 2
+}
+
+put_out() {  # FILE DEST: a copy of FILE at DEST, or in parts DEST.part-aa, -ab, ... of PART_BYTES where larger
+  rm -f "$2" "$2".part-*
+  if [ "$(stat -c %s "$1")" -gt "$PART_BYTES" ]; then
+    split -b "$PART_BYTES" -a 2 "$1" "$2.part-"
+  else
+    cp "$1" "$2"
+  fi
+}
+
+join_parts "$RUN_DIR/checkpoints/latest.pt"
+join_parts "$RUN_DIR/compile_cache.tar.gz"
 if [ -f "$RUN_DIR/segments.jsonl" ] && tail -n 1 "$RUN_DIR/segments.jsonl" | grep -qE '"(eval_)?reached": \{'; then
   echo "gpu_pong: $RUN_DIR reached its target already: $(tail -n 1 "$RUN_DIR/segments.jsonl")"
   exit 0
@@ -136,15 +169,23 @@ with segments.open("a") as handle:
     handle.write(json.dumps(line) + "\n")
 print("gpu_pong:", json.dumps(line))
 PYEOF
+if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
+  tar czf "$RUN_DIR/compile_cache.tar.gz.packing" -C "$RUN_DIR" compile_cache \
+    && mv "$RUN_DIR/compile_cache.tar.gz.packing" "$RUN_DIR/compile_cache.tar.gz" || rm -f "$RUN_DIR/compile_cache.tar.gz.packing"
+fi
 # what the next call needs, where the run is not trained in OUT_DIR itself
 if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
   mkdir -p "$OUT_DIR/checkpoints"
-  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt; do
+  for name in config.json progress.csv segments.jsonl; do
     [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/$name"
   done
-fi
-if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
-  tar czf "$OUT_DIR/compile_cache.tar.gz.part" -C "$RUN_DIR" compile_cache && mv "$OUT_DIR/compile_cache.tar.gz.part" "$OUT_DIR/compile_cache.tar.gz" \
-    || rm -f "$OUT_DIR/compile_cache.tar.gz.part"
+  for name in checkpoints/latest.pt compile_cache.tar.gz; do
+    [ -f "$RUN_DIR/$name" ] && put_out "$RUN_DIR/$name" "$OUT_DIR/$name"
+  done
+  files=$(find "$OUT_DIR" -type f | wc -l) bytes=$(find "$OUT_DIR" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+  if [ "$files" -gt "$OUT_MAX_FILES" ] || [ "$bytes" -gt "$OUT_MAX_BYTES" ]; then
+    rm -f "$OUT_DIR"/compile_cache.tar.gz*
+    echo "gpu_pong: the compile cache is left out of $OUT_DIR ($files files, $bytes bytes with it; a device call brings back $OUT_MAX_FILES, and the next carries $OUT_MAX_BYTES beside the checkout): the next call compiles cold"
+  fi
 fi
 du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'

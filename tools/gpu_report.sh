@@ -10,7 +10,9 @@
 #
 # Options: --env ID (default PongNoFrameskip-v4; the tests' dry run takes CartPole-v1), --device
 # cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting, default 40), --budget S (the whole report's wall time, default 540: a setting that would not fit
-# is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3).
+# is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3),
+# --cut S (a setting still running after S seconds is cut and recorded as failed, so that one that
+# hangs cannot hold the whole call; default: its measuring time, its setup's allowance and 120 s).
 # Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
 # then the other settings. Each bench line is bench.py's own JSON with "report": the setting's flags
@@ -18,7 +20,7 @@
 # stderr and the tests' output go to OUT_DIR/<device>-<commit>.log.
 set -u
 cd "$(dirname "$0")/.."
-ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=540 OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=540 CUT="" OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
     --env) ENV_ID=$2; shift 2 ;;
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=$2; shift 2 ;;
     --out) OUT_DIR=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
+    --cut) CUT=$2; shift 2 ;;
     *) echo "gpu_report.sh: error: unknown option $1 (see the header of tools/gpu_report.sh)" >&2; exit 2 ;;
   esac
 done
@@ -64,9 +67,18 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
     echo "  skipped (time): $label"
     return
   fi
-  local line
+  local line code cut=${CUT:-$(( SECONDS_PER + setup + 120 ))}
   echo "== bench.py $label" >> "$log"
-  line=$(env "${vars[@]}" "$PY" bench.py --env "$ENV_ID" --device "$DEVICE" --seconds "$SECONDS_PER" --json "$@" 2>>"$log" | tail -1)
+  # a setting that hangs (or hangs on its way out) is cut, so that it cannot hold the whole call;
+  # bench.py takes a SIGTERM as a stop after the iteration under way, so a KILL follows 10 s later
+  line=$(env "${vars[@]}" timeout -k 10 "$cut" "$PY" bench.py --env "$ENV_ID" --device "$DEVICE" --seconds "$SECONDS_PER" \
+    --json "$@" 2>>"$log" | tail -1; exit "${PIPESTATUS[0]}")
+  code=$?
+  if [ "$code" = 124 ] || [ "$code" = 137 ]; then  # 137: killed 10 s after the TERM (or for memory)
+    echo "{\"report\": \"$label\", \"failed\": \"cut at $cut s (exit $code)\"}" >> "$out"
+    echo "  cut at $cut s: $label"
+    return
+  fi
   if [ "${line:0:1}" != "{" ]; then
     echo "{\"report\": \"$label\", \"failed\": \"bench.py printed no JSON line\"}" >> "$out"
     echo "  failed: $label"
@@ -85,7 +97,7 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS
   local summary
   if [ "$DEVICE" = cuda ]; then
     echo "== the CUDA tests" >> "$log"
-    summary=$(timeout "$TESTS_SECONDS" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_precision.py \
+    summary=$(timeout -k 10 "$TESTS_SECONDS" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_precision.py \
       tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py tests/test_acting_path.py -k cuda 2>&1 | tee -a "$log" | tail -1)
     [ -n "$summary" ] || summary="no summary line (cut at $TESTS_SECONDS s)"
   else
@@ -101,7 +113,7 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS
 # train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: at 64 envs on the H200 the env stepped 1.43x
 # faster inside the loop with it, end to end 1.14x), the update compiled without the graph, overlapped eager, the replay buffer
 # in host memory (batches upload on the side stream), then serial at 64 envs, bf16 and 32 envs.
-TESTS_SECONDS=180
+TESTS_SECONDS=180  # pytest is killed 10 s after its SIGTERM: a training under test takes that signal as a stop
 setting --num-envs 16
 cuda_tests
 setting --num-envs 16 --pipeline overlap --compile graph

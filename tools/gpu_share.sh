@@ -14,7 +14,8 @@
 # (runs/gpu_share: the trials' run directories and logs; apart from --out, since a device call
 # brings back at most 8 files), --python PY; anything after -- goes to every train.py. Each
 # trial's steps/s is measured between its progress rows (one every 5 s) over the last 60% of its
-# time, past start-up and the compile; a phase's runs start together and are stopped by SIGINT.
+# time, past start-up and the compile; a phase's runs start together and are stopped by SIGINT
+# (killed where one is still there 90 s later, so that a stuck trial cannot hold the call).
 set -u
 cd "$(dirname "$0")/.."
 ENV_ID=PongNoFrameskip-v4 DEVICE=cuda TRIALS=4 SECONDS_PER=120 OUT_DIR=runs/gpu_share RUNS_DIR=runs/gpu_share PY=${PYTHON:-$(command -v python || command -v python3)}
@@ -41,7 +42,7 @@ phase() {  # phase NAME COUNT: COUNT runs at once for SECONDS_PER seconds
   shift 2
   for i in $(seq 1 "$count"); do
     rm -rf "$RUNS_DIR/$name-$i"
-    timeout -s INT "$SECONDS_PER" "$PY" train.py --env "$ENV_ID" --device "$DEVICE" --seed "$i" --threads "$threads" \
+    timeout -s INT -k 90 "$SECONDS_PER" "$PY" train.py --env "$ENV_ID" --device "$DEVICE" --seed "$i" --threads "$threads" \
       --total-timesteps 1000000000 --eval-every 0 --log-seconds 5 --no-progress --run-dir "$RUNS_DIR/$name-$i" "$@" \
       > "$RUNS_DIR/$name-$i.log" 2>&1 &
   done
