@@ -186,8 +186,13 @@ def default_generator_set_aside(device: torch.device, enabled: bool):
         yield
         return
     default = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
-    saved = default.graphsafe_get_state()
-    default.graphsafe_set_state(torch.Generator(device))
+    try:
+        saved = default.graphsafe_get_state()
+        default.graphsafe_set_state(torch.Generator(device))
+    except RuntimeError as error:  # a torch release where this API differs: capture as before, and say so
+        log.warning(f"--compile graph: acting's capture keeps the default CUDA generator ({_reason(error)})")
+        yield
+        return
     try:
         yield
     finally:
