@@ -184,6 +184,13 @@ def test_cuda_graphed_sampling_is_one_run_per_seed_and_reads_the_weights_in_plac
     np.testing.assert_allclose(mu, 0.5, atol=1e-6)  # a zero net: uniform over CartPole's two actions
 
 
+def run_in_a_process_of_its_own(script: str, last_line: str) -> None:
+    """Run ``script`` in a new Python process (its CUDA captures the process's first) and check
+    that it printed ``last_line``."""
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == last_line, result.stderr
+
+
 CAPTURES_AFTER_ACTINGS = """
 import torch
 from acer_sync.rollout.acting_graph import ActingGraph
@@ -211,9 +218,7 @@ def test_cuda_a_capture_after_actings_is_not_broken_by_inference_mode():
     # Acting's graph is the process's first capture (at the Actor's reset), the update's CUDA
     # graphs come after it, outside inference mode: they must still record (pytorch#166792). In a
     # process of its own, so that acting's is the first capture there.
-    result = subprocess.run([sys.executable, "-c", CAPTURES_AFTER_ACTINGS], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "recorded", result.stderr
+    run_in_a_process_of_its_own(CAPTURES_AFTER_ACTINGS, "recorded")
 
 
 REPLAYS_BESIDE_CAPTURES = """
@@ -280,9 +285,7 @@ def test_cuda_acting_replays_beside_the_learners_captures():
     # update's CUDA graphs record in the learner's. Under torch 2.11 a replay of a graph registered
     # with the default generator fails while another thread captures, unless acting's capture set
     # the default generator aside (acting_graph.default_generator_set_aside).
-    result = subprocess.run([sys.executable, "-c", REPLAYS_BESIDE_CAPTURES], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0 and result.stdout.strip() == "replayed", result.stderr
+    run_in_a_process_of_its_own(REPLAYS_BESIDE_CAPTURES, "replayed")
 
 
 @requires_cuda
