@@ -184,6 +184,42 @@ def test_cuda_graphed_sampling_is_one_run_per_seed_and_reads_the_weights_in_plac
     np.testing.assert_allclose(mu, 0.5, atol=1e-6)  # a zero net: uniform over CartPole's two actions
 
 
+def test_acting_captures_with_the_default_generator_set_aside_and_puts_it_back(monkeypatch, caplog):
+    # The control flow of default_generator_set_aside (its CUDA effect: the CUDA test below): the
+    # default generator holds a private state during the capture, and its own again after it,
+    # also when the capture fails; where its state cannot be set aside, the capture goes on.
+    from acer_sync.rollout import acting_graph
+
+    class DefaultGenerator:
+        def __init__(self, broken=False):
+            self.state, self.broken = "own", broken
+
+        def graphsafe_get_state(self):
+            if self.broken:
+                raise RuntimeError("no graph-safe state here")
+            return self.state
+
+        def graphsafe_set_state(self, state):
+            self.state = state
+
+    default = DefaultGenerator()
+    monkeypatch.setattr(torch.cuda, "default_generators", (default,))
+    monkeypatch.setattr(acting_graph.torch, "Generator", lambda device: f"private on {device}")
+    cuda = torch.device("cuda", 0)
+    with pytest.raises(RuntimeError, match="the capture failed"):
+        with acting_graph.default_generator_set_aside(cuda, True):
+            assert default.state == "private on cuda:0"
+            raise RuntimeError("the capture failed")
+    assert default.state == "own"
+    with acting_graph.default_generator_set_aside(cuda, False):  # acting draws from the default one
+        assert default.state == "own"
+    monkeypatch.setattr(torch.cuda, "default_generators", (DefaultGenerator(broken=True),))
+    ran = []
+    with caplog.at_level("WARNING"), acting_graph.default_generator_set_aside(cuda, True):
+        ran.append(True)
+    assert ran and "keeps the default CUDA generator (RuntimeError: no graph-safe state here)" in caplog.text
+
+
 def run_in_a_process_of_its_own(script: str, last_line: str) -> None:
     """Run ``script`` in a new Python process (its CUDA captures the process's first) and check
     that it printed ``last_line``."""
