@@ -21,7 +21,17 @@ a quarter:
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
   Under ``--precision bf16`` its passes run in the same bf16 autocast as training's.
   ``raw_update_steps_per_sec``: its update passes alone, without the acting forwards, the ceiling
-  of ``learner_update_steps_per_sec`` (their ratio: ``update_efficiency``).
+  of ``learner_update_steps_per_sec`` (their ratio: ``update_efficiency``). The raw passes always
+  run as plain PyTorch modules (``raw_compile``: ``network`` under ``--compile network``, else
+  ``off``), so under ``--compile update`` and ``graph`` the ratios compare the compiled learner with
+  eager passes and can pass 1.
+* The efficiencies count the learner's updates at their mean, 1 + ``replay_ratio`` an iteration,
+  as the raw passes do: the Poisson draws of a short window are the same in every run (one seed),
+  and the learner's update time is scaled by 1 + ``replay_ratio`` over the updates it drew.
+  ``bound_steps_per_sec`` is the issue's bound on the loop, min(env alone, learner alone), with
+  the learner's own work alone (``learner_update_steps_per_sec``) under ``--pipeline overlap``,
+  where acting is the collecting thread's, and ``bound_efficiency`` the loop's share of it;
+  ``loop_efficiency`` is the loop against the serial bound 1 / (1/env + 1/learner).
 * ``steps_per_sec``: end to end, through :class:`acer_sync.training.trainer.Trainer`'s own
   ``collect()`` and ``learn()``, with replay active from the start over a prefilled buffer, for
   half of its quarter with the phase timer off; then ``steps_per_sec_timed`` and the time spent in
@@ -409,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
 
     default_bytes = ReplayBuffer.bytes_needed(trainer.fields, config.num_envs, config.nsteps, 50_000, info.stack)
     serial_bound = 1.0 / (1.0 / env_sps + 1.0 / learner_sps)
+    # the learner's seconds a step at the mean update count (the raw passes run exactly that many)
+    nominal = (1 + round(config.replay_ratio)) / learner_updates
+    update_seconds = nominal / update_sps
+    learner_seconds = 1.0 / learner_sps - 1.0 / update_sps + update_seconds
+    bound = min(env_sps, update_sps if config.pipeline == "overlap" else learner_sps)
     result = {
         "env": config.env,
         "device": str(trainer.device),
@@ -431,9 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         "raw_update_steps_per_sec": round(raw_update_sps, 1),
         "serial_bound_steps_per_sec": round(serial_bound, 1),
         "loop_efficiency": round(steps_sps / serial_bound, 3),
-        "learner_efficiency": round(learner_sps / raw_sps, 3),
+        "bound_steps_per_sec": round(bound, 1),
+        "bound_efficiency": round(steps_sps / bound, 3),
+        "learner_efficiency": round(1.0 / learner_seconds / raw_sps, 3),
         # the updates alone against their plain passes: the overlapped learner's share of its ceiling
-        "update_efficiency": round(update_sps / raw_update_sps, 3),
+        "update_efficiency": round(1.0 / update_seconds / raw_update_sps, 3),
+        "raw_compile": "network" if compile_mode(config, trainer.device.type) == "network" else "off",
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
         "phase_fraction": fractions(phases),
         # overlapped: the collecting thread's own phases, beside the learner's (None when serial)
@@ -471,7 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s ({result['raw_update_steps_per_sec']:.1f} "
           f"its updates alone)")
     print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "
-          f"learner efficiency {result['learner_efficiency']:.2f}, its updates {result['update_efficiency']:.2f}")
+          f"learner efficiency {result['learner_efficiency']:.2f}, its updates {result['update_efficiency']:.2f} "
+          f"(raw passes: --compile {result['raw_compile']})")
+    print(f"min(env, learner) {result['bound_steps_per_sec']:>8.1f} steps/s; end to end {result['bound_efficiency']:.2f} of it")
     print("phases          " + ", ".join(f"{k} {v:.0%}" for k, v in result["phase_fraction"].items()))
     if result["collect_thread_fraction"]:
         print("collect thread  " + ", ".join(f"{k} {v:.0%}" for k, v in result["collect_thread_fraction"].items()))

@@ -18,6 +18,7 @@ KEYS = {
     "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "cudagraph_skips", "replay_device",
     "collect_thread_fraction", "env_steps_per_sec_in_loop", "collect_steps_per_sec", "acting_graphed",
     "learner_update_steps_per_sec", "learner_acting_fraction", "raw_update_steps_per_sec", "update_efficiency",
+    "bound_steps_per_sec", "bound_efficiency", "raw_compile",
 }
 PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -44,6 +45,11 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
     assert figures["learner_update_steps_per_sec"] >= figures["learner_steps_per_sec"]
     assert figures["raw_update_steps_per_sec"] >= figures["raw_learner_steps_per_sec"]
     assert 0 <= figures["learner_acting_fraction"] < 1 and figures["update_efficiency"] > 0
+    # the bound on the loop: the slower of the env and the learner (its own work when overlapped)
+    learner = figures["learner_update_steps_per_sec" if pipeline == "overlap" else "learner_steps_per_sec"]
+    assert figures["bound_steps_per_sec"] == round(min(figures["env_steps_per_sec"], learner), 1)
+    assert figures["bound_efficiency"] == pytest.approx(figures["steps_per_sec"] / figures["bound_steps_per_sec"], rel=1e-2)
+    assert figures["raw_compile"] == "off"
     if env == "PongNoFrameskip-v4":
         assert figures["buffer_bytes_per_transition"] < 7_100  # a property of the layout, not a timing
     assert figures["gpu_busy_fraction"] is None and figures["replay_device"] == "cpu"  # no CUDA here
