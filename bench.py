@@ -21,10 +21,9 @@ a quarter:
   correction, trust region, Polyak update, buffer sampling or stack rebuild): the learner's ceiling.
   Under ``--precision bf16`` its passes run in the same bf16 autocast as training's.
   ``raw_update_steps_per_sec``: its update passes alone, without the acting forwards, the ceiling
-  of ``learner_update_steps_per_sec`` (their ratio: ``update_efficiency``). The raw passes always
-  run as plain PyTorch modules (``raw_compile``: ``network`` under ``--compile network``, else
-  ``off``), so under ``--compile update`` and ``graph`` the ratios compare the compiled learner with
-  eager passes and can pass 1.
+  of ``learner_update_steps_per_sec`` (their ratio: ``update_efficiency``). Its update passes run
+  as the learner's update does (``raw_compile``): compiled whole under ``--compile update``, as a
+  CUDA graph too under ``graph``, the network compiled under ``network``, else eager.
 * The efficiencies count the learner's updates at their mean, 1 + ``replay_ratio`` an iteration,
   as the raw passes do: the Poisson draws of a short window are the same in every run (one seed),
   and the learner's update time is scaled by 1 + ``replay_ratio`` over the updates it drew.
@@ -81,6 +80,7 @@ from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
 from acer_sync.nets.precision import autocast, runs_in_bf16, to_float32
 from acer_sync.replay.buffer import ReplayBuffer, Segment, empty_segment
+from acer_sync.training.acer import is_compile_error
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.trainer import Trainer
 from atari import parts
@@ -232,15 +232,22 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
     return steps / elapsed, (trainer.updates - updates_before) / calls, steps / learning["seconds"]
 
 
-def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tuple[float, float]:
+def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tuple[float, float, str]:
     """The same network passes in plain PyTorch on random uint8 frames already on the device:
-    steps/s, and steps/s of the update passes alone (without the acting forwards)."""
+    steps/s, steps/s of the update passes alone (without the acting forwards), and how the update
+    passes ran (``raw_compile``): compiled as the learner's update is under ``--compile update``
+    and ``graph`` (one ``torch.compile(fullgraph=True)`` of forward, backward and RMSProp's step,
+    as a CUDA graph under ``graph``), the network compiled under ``network``, else eager. A
+    compile that fails runs them eagerly, said on stderr."""
     T, N = config.nsteps, config.num_envs
+    mode = compile_mode(config, device.type)
     model = build_model(info, config).to(device)
-    if compile_mode(config, device.type) == "network":
+    if mode == "network":
         model.compile()
     average = build_model(info, config).to(device).requires_grad_(False)
-    optimizer = RMSpropTF(model.parameters(), lr=config.lr)
+    parameters = list(model.parameters())
+    optimizer = RMSpropTF(parameters, lr=config.lr)
+    optimizer.init_state()
     rng = np.random.default_rng(0)
     stacked = FrameStacker(N, info.stack, info.frame_layout).stacked  # [N, stack, ...] (a dict of parts)
     acting_obs = parts.map_parts(lambda obs: torch.from_numpy(fill_random(rng, obs)).to(device), stacked)
@@ -252,6 +259,32 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
     state = model.initial_state(N)
     updates = 1 + int(round(config.replay_ratio))
     bf16 = runs_in_bf16(model, config.precision)
+
+    def raw_update() -> torch.Tensor:
+        with autocast(device, bf16):
+            pi, q = to_float32(model(model.unroll(batch_obs, firsts, state)[0]))
+            with torch.no_grad():
+                pi_avg = average.policy_of(average.unroll(average_obs, firsts[:T], state)[0])
+        loss = -torch.log(pi + 1e-6).mean() + q.pow(2).mean()
+        for parameter in parameters:  # zero_grad(set_to_none=True), which Dynamo does not trace
+            parameter.grad = None
+        loss.backward()
+        optimizer.step()
+        return pi_avg  # an output, so that a compile keeps the average network's passes
+
+    update, raw_compile = raw_update, "network" if mode == "network" else "off"
+    if mode in ("update", "graph"):
+        if mode == "graph":  # RMSProp's v changes in place: static, as the learner marks its own
+            for values in optimizer.state.values():
+                torch._dynamo.mark_static_address(values["square_avg"])
+        compiled = torch.compile(raw_update, fullgraph=True, dynamic=False,
+                                 mode="reduce-overhead" if mode == "graph" else None)
+
+        def update():
+            with torch._dynamo.config.patch(trace_autograd_ops=True):  # backward in the graph, as the learner's
+                return compiled()
+
+        raw_compile = mode
 
     updating = {"seconds": 0.0}
 
@@ -265,22 +298,23 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
         synchronize(device)
         start = time.perf_counter()
         for _ in range(updates):
-            with autocast(device, bf16):
-                pi, q = to_float32(model(model.unroll(batch_obs, firsts, state)[0]))
-                with torch.no_grad():
-                    average.policy_of(average.unroll(average_obs, firsts[:T], state)[0])
-            loss = -torch.log(pi + 1e-6).mean() + q.pow(2).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            update()
         synchronize(device)
         updating["seconds"] += time.perf_counter() - start
 
-    for _ in range(2):  # warm-up, as timed_loop's
-        iteration()
+    try:
+        for _ in range(2):  # warm-up, as timed_loop's (and the compile)
+            iteration()
+    except Exception as error:
+        if update is raw_update or not is_compile_error(error):
+            raise
+        print(f"bench.py: the raw passes' compile failed ({type(error).__name__}); they run eagerly", file=sys.stderr)
+        update, raw_compile = raw_update, "off"
+        for _ in range(2):
+            iteration()
     updating["seconds"] = 0.0
     calls, elapsed = timed_loop(iteration, seconds, warmup=0)
-    return calls * N * T / elapsed, calls * N * T / updating["seconds"]
+    return calls * N * T / elapsed, calls * N * T / updating["seconds"], raw_compile
 
 
 class GpuBusy:
@@ -413,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps, learner_updates, update_sps = bench_learner(trainer, quarter, rng)
-        raw_sps, raw_update_sps = bench_raw_learner(info, config, trainer.device, quarter)
+        raw_sps, raw_update_sps, raw_compile = bench_raw_learner(info, config, trainer.device, quarter)
         steps_sps, timed_sps, phases, collect_phases, gpu_busy = bench_end_to_end(trainer, quarter)
         trainer.close()
 
@@ -451,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         "learner_efficiency": round(1.0 / learner_seconds / raw_sps, 3),
         # the updates alone against their plain passes: the overlapped learner's share of its ceiling
         "update_efficiency": round(1.0 / update_seconds / raw_update_sps, 3),
-        "raw_compile": "network" if compile_mode(config, trainer.device.type) == "network" else "off",
+        "raw_compile": raw_compile,
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
         "phase_fraction": fractions(phases),
         # overlapped: the collecting thread's own phases, beside the learner's (None when serial)

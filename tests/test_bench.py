@@ -63,6 +63,36 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
         assert figures["collect_thread_fraction"] is None
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_raw_passes_compile_as_the_learners_update_does_or_run_eagerly(monkeypatch, capsys, fails):
+    # Under --compile update the ceiling's update passes are compiled too (with Dynamo and
+    # AOTAutograd alone here, aot_eager: Inductor's code generation takes a minute on this CPU);
+    # a compile that fails runs them eagerly and says so.
+    import torch._dynamo.exc
+
+    import bench
+    from acer_sync.base.config import build_config
+    from atari.envs import env_info
+
+    info = env_info("CartPole-v1")
+    config = build_config(False, dict(env="CartPole-v1", num_envs=2, nsteps=4, hidden="8", compile="update"))
+    real_compile = torch.compile
+
+    def compile_for_the_test(function, **options):
+        if fails:
+            def failing():
+                raise torch._dynamo.exc.Unsupported("a graph it cannot capture")
+            return failing
+        return real_compile(function, **{**options, "backend": "aot_eager"})
+
+    monkeypatch.setattr(bench.torch, "compile", compile_for_the_test)
+    torch._dynamo.reset()
+    raw_sps, raw_update_sps, raw_compile = bench.bench_raw_learner(info, config, torch.device("cpu"), 0.2)
+    assert raw_sps > 0 and raw_update_sps >= raw_sps
+    assert raw_compile == ("off" if fails else "update")
+    assert ("the raw passes' compile failed" in capsys.readouterr().err) == fails
+
+
 def test_the_gpu_busy_fraction_averages_nvidia_smis_utilization(tmp_path):
     # bench.GpuBusy samples `nvidia-smi --query-gpu=utilization.gpu`; a stand-in prints 30 then 50.
     import torch
