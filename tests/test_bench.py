@@ -93,6 +93,24 @@ def test_the_raw_passes_compile_as_the_learners_update_does_or_run_eagerly(monke
     assert ("the raw passes' compile failed" in capsys.readouterr().err) == fails
 
 
+def test_a_failed_ceiling_costs_its_own_figures_not_the_rows(monkeypatch, capsys):
+    # The raw passes run last, apart: where they fail (a compile or a CUDA graph of theirs), the
+    # row keeps every other figure, and the ceiling's are None with the error named.
+    import bench
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the ceiling's CUDA graph failed")
+
+    monkeypatch.setattr(bench, "bench_raw_learner", failing)
+    assert bench.main(["--env", "CartPole-v1", "--seconds", "0.4", "--num-envs", "2", "--device", "cpu", "--json"]) == 0
+    out, err = capsys.readouterr()
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["steps_per_sec"] > 0 and figures["learner_steps_per_sec"] > 0 and figures["bound_efficiency"] > 0
+    assert figures["raw_learner_steps_per_sec"] is None and figures["learner_efficiency"] is None
+    assert figures["raw_update_steps_per_sec"] is None and figures["update_efficiency"] is None
+    assert figures["raw_compile"] == "failed (RuntimeError)" and "the ceiling's CUDA graph failed" in err
+
+
 def test_the_gpu_busy_fraction_averages_nvidia_smis_utilization(tmp_path):
     # bench.GpuBusy samples `nvidia-smi --query-gpu=utilization.gpu`; a stand-in prints 30 then 50.
     import torch
