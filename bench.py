@@ -529,15 +529,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"collect alone   {result['collect_steps_per_sec']:>10.1f} steps/s (acting and the env, nothing learned)")
     print(f"learner alone   {result['learner_steps_per_sec']:>10.1f} steps/s ({result['learner_update_steps_per_sec']:.1f} "
           f"without its acting, {result['learner_acting_fraction']:.0%} of its time)")
+    efficiencies = ""  # against the raw passes, where they were measured
     if result["raw_learner_steps_per_sec"] is None:
         print(f"raw learner     not measured: {result['raw_compile']}")
-        print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}")
     else:
         print(f"raw learner     {result['raw_learner_steps_per_sec']:>10.1f} steps/s ({result['raw_update_steps_per_sec']:.1f} "
               f"its updates alone)")
-        print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}, "
-              f"learner efficiency {result['learner_efficiency']:.2f}, its updates {result['update_efficiency']:.2f} "
-              f"(raw passes: --compile {result['raw_compile']})")
+        efficiencies = (f", learner efficiency {result['learner_efficiency']:.2f}, its updates {result['update_efficiency']:.2f} "
+                        f"(raw passes: --compile {result['raw_compile']})")
+    print(f"serial bound    {result['serial_bound_steps_per_sec']:>10.1f} steps/s; loop efficiency {result['loop_efficiency']:.2f}"
+          + efficiencies)
     print(f"min(env, learner) {result['bound_steps_per_sec']:>8.1f} steps/s; end to end {result['bound_efficiency']:.2f} of it")
     print("phases          " + ", ".join(f"{k} {v:.0%}" for k, v in result["phase_fraction"].items()))
     if result["collect_thread_fraction"]:
