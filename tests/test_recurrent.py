@@ -146,23 +146,32 @@ def test_replay_from_the_stored_state_gives_pi_equal_mu_at_every_step_and_zero_s
     assert torch.cat(zero_state_gaps).min() > 1e-3
 
 
-def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path):
+@pytest.mark.parametrize("pipeline, lr", [("serial", 7e-4), ("overlap", 1e-30)])
+def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path, pipeline, lr):
     # Through the whole loop: the on-policy update's ρ is 1 (its weights acted the segment), and
-    # replay from the zero state (Baselines' way) makes it wrong.
+    # replay from the zero state (Baselines' way) makes it wrong. Overlapped, the envs collect with
+    # the acting copy in a thread, one update behind; weights that do not move (lr 1e-30 changes
+    # none by a float32 ulp) make that lag nothing, so ρ from the state it stored is 1 there too.
     rho = {}
     for replay_state in ("stored", "zero"):
         info = env_info("CartPole-v1")
         config = build_config(False, dict(
             env="CartPole-v1", network="lstm", hidden="16", lstm_size=8, vec_env="sync", num_envs=4, nsteps=10,
             total_timesteps=400, replay_ratio=0, log_interval=1, eval_every=0, replay_state=replay_state,
+            pipeline=pipeline, lr=lr,
         ))
         rows = []
         (tmp_path / replay_state).mkdir()
         trainer = build_trainer(config, info, tmp_path / replay_state, progress_bar=False, on_progress=rows.append)
-        with torch.no_grad():
-            trainer.model.head.pi.weight.mul_(100)  # a policy that depends on its state, as a trained one does
+        with torch.no_grad():  # a policy that depends on its state, as a trained one does
+            for model in {trainer.model, trainer.runner.actor.model}:
+                model.head.pi.weight.mul_(100)
         assert trainer.train().finished
+        assert (trainer.acting is None) == (pipeline == "serial")
         rho[replay_state] = np.array([row["rho_mean"] for row in rows])
+        if pipeline == "overlap":  # the session's first segment had no update before the next was collected
+            assert np.isnan(rho[replay_state][0])
+            rho[replay_state] = rho[replay_state][1:]
     assert np.abs(rho["stored"] - 1).max() <= 1e-5
     assert np.abs(rho["zero"] - 1).max() > 1e-4
 
