@@ -4,11 +4,14 @@ import csv
 import time
 
 import numpy as np
+import pytest
 import torch
 
 import acer_sync.training.callbacks
 from acer_sync.base.config import build_config
+from acer_sync.base.outcome import Stop
 from acer_sync.rollout.evaluation import evaluate
+from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from helpers import NeverFire, categorical_net
@@ -92,3 +95,49 @@ def test_evaluation_plays_the_forced_actions_after_a_lost_life():
     assert len(losses) == 4 and forced == [index + k for index in losses for k in (1, 2, 3)]
     assert [int(steps[index].actions[0]) for index in forced] == [0, 1, 2] * 4
     assert all(int(step.actions[0]) == 0 for index, step in enumerate(steps) if index not in forced)
+
+
+@pytest.mark.parametrize("pipeline, stop_in", [
+    ("serial", "segment"), ("overlap", "segment"), ("serial", "games"),
+])
+def test_an_evaluation_a_stop_skipped_is_played_first_after_the_resume(tmp_path, pipeline, stop_in):
+    # A stop that comes in the iteration an evaluation falls due skips it (it would hold the
+    # checkpoint for a whole evaluation), and one that comes during its games drops it. Either way
+    # the checkpoint owes it: the resumed session plays it in its first iteration, then goes on
+    # at the multiples of --eval-every.
+    config = build_config(False, dict(
+        env="CartPole-v1", network="lstm", hidden="16", lstm_size=8, vec_env="sync", device="cpu", num_envs=2,
+        nsteps=5, total_timesteps=400, buffer_size=100, replay_start=20, eval_every=100, eval_episodes=2,
+        log_interval=1, threads=1, pipeline=pipeline,
+    ))
+    info = env_info("CartPole-v1")
+    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
+    if stop_in == "segment":  # a SIGINT while the segment that ends at step 200 is collected and learned from
+        learn = trainer.learn
+        learning_at = 200 if pipeline == "serial" else 190  # overlapped, learn runs before that segment is stored
+
+        def learn_then_stop():
+            learn()
+            if trainer.timesteps == learning_at:
+                trainer.request_stop("SIGINT")
+
+        trainer.learn = learn_then_stop
+    else:  # a SIGINT during the games of the evaluation due at step 200
+        evaluation = next(c for c in trainer.callbacks.callbacks if type(c).__name__ == "EvalCallback")
+        evaluate_games = evaluation.evaluate
+
+        def games_then_stop(trainer):
+            if trainer.timesteps == 200:
+                trainer.request_stop("SIGINT")
+            return evaluate_games(trainer)
+
+        evaluation.evaluate = games_then_stop
+    outcome = trainer.train()
+    assert outcome.stop is Stop.INTERRUPTED and outcome.timesteps == 200
+    payload = load_checkpoint(tmp_path)
+    assert payload["callbacks"]["EvalCallback"]["next_eval"] == 200
+    assert build_trainer(config, info, tmp_path, progress_bar=False, resume=payload).train().finished
+    with open(tmp_path / "progress.csv", newline="") as handle:
+        evaluated = [int(row["total_timesteps"]) for row in csv.DictReader(handle) if int(row["eval_episodes"]) > 0]
+    assert evaluated == [100, 210, 300, 400]
+    assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 500

@@ -310,18 +310,22 @@ class EvalCallback(Callback):
         self.video_generator = None
         self.new_videos: list[tuple[int, Path]] = []
         self.next_eval = 0
+        self.owed_eval: int | None = None  # the step of an evaluation a stop skipped, from the checkpoint
         self.best_mean = math.nan
 
     def on_training_start(self, trainer) -> None:
         self.generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 1)
         self.video_generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 2)
         self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
+        if self.owed_eval is not None and self.owed_eval <= trainer.timesteps:
+            self.next_eval = self.owed_eval  # a stop skipped it: it plays in this session's first iteration
         if self.checkpoints is not None:
             self.best_mean = self.checkpoints.saved_best_mean(type(self).__name__, self.best_mean)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         # An evaluation due in the iteration a stop signal came in is skipped: it would hold the
         # stop, and the checkpoint, for a whole evaluation (a minute of Pong's games on a GPU).
+        # ``next_eval`` stays, so the checkpoint owes it and a resume plays it first.
         if trainer.timesteps < self.next_eval or trainer.stop_requested():
             return
         results = self.evaluate(trainer)
@@ -385,10 +389,14 @@ class EvalCallback(Callback):
                 env.close()
 
     def state(self) -> dict:
-        return {} if math.isnan(self.best_mean) else {"best_mean": self.best_mean}
+        """The best mean, and the step of the next evaluation: at or below the checkpoint's step
+        where a stop skipped one (it is played after the resume, not lost)."""
+        return {"next_eval": self.next_eval, **({} if math.isnan(self.best_mean) else {"best_mean": self.best_mean})}
 
     def load_state(self, state: dict) -> None:
         self.best_mean = float(state.get("best_mean", math.nan))
+        owed = state.get("next_eval")  # absent from checkpoints before it was saved
+        self.owed_eval = owed if isinstance(owed, int) and not isinstance(owed, bool) else None
 
 
 class ProgressCallback(Callback):
