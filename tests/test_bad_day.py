@@ -501,6 +501,7 @@ def test_a_checkpoint_with_a_wrong_optimizer_shape_is_refused(run_copy):
     (lambda c: c.pop("updates"), "counter updates is missing"),
     (lambda c: c.update(timesteps=-40), "counter timesteps is -40"),
     (lambda c: c.update(timesteps=10**9), "1000000000 steps is not 12 iterations of 40 steps"),
+    (lambda c: c.update(nonfinite_streak=3), "counter nonfinite_streak is 3, not a number from 0 to its non-finite updates"),
 ])
 def test_missing_or_nonsense_counters_are_refused(run_copy, edit, match):
     edit_checkpoint(run_copy, lambda payload: edit(payload["counters"]))

@@ -19,7 +19,7 @@ from acer_sync.base.errors import EXIT_CODES, REPEAT_SECONDS, WriteFailed, exit_
 from acer_sync.base.outcome import Stop
 from acer_sync.replay.buffer import to_batch
 from acer_sync.training.callbacks import CheckpointCallback
-from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.checkpoint import FORMAT_VERSION, load_checkpoint, migrate, trainer_payload
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
 from helpers import ROOT, OverflowingRewardsAfter, one_line_error, read_progress, start_long_cartpole_run
@@ -150,6 +150,26 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_the_run(tmp_path, capsys
     assert payload["counters"]["timesteps"] == 280 and payload["counters"]["nonfinite_updates"] == 0
     assert all(np.isfinite(t.numpy()).all() for t in payload["model"].values())
     assert any(not (a == b).all() for a, b in zip(good, trainer.model.parameters()))  # it did learn first
+
+
+def test_a_resume_goes_on_counting_the_nonfinite_streak_where_the_checkpoint_left_it(tmp_path):
+    # A stop during a streak of non-finite updates saves the checkpoint (the updates were skipped:
+    # its weights are the last good ones) with the streak, so that --max-nonfinite counts across
+    # the resume rather than allowing each session a whole new streak.
+    config = cartpole_config(total_timesteps=200, max_nonfinite=3)
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert trainer.train().finished
+    trainer.agent.nonfinite_updates, trainer.agent.nonfinite_streak = 5, 2
+    payload = trainer_payload(trainer)
+    assert payload["counters"]["nonfinite_streak"] == 2
+    resumed = build_trainer(config, env_info("CartPole-v1"), tmp_path, resume=payload, progress_bar=False)
+    assert resumed.agent.nonfinite_streak == 2 and resumed.agent.nonfinite_updates == 5
+    resumed.close()
+    del payload["counters"]["nonfinite_streak"]  # a checkpoint written before the streak was kept
+    resumed = build_trainer(config, env_info("CartPole-v1"), tmp_path, resume=migrate({**payload, "format": FORMAT_VERSION}),
+                            progress_bar=False)
+    assert resumed.agent.nonfinite_streak == 0
+    resumed.close()
 
 
 def child_pids(pid: int) -> list[int]:

@@ -162,6 +162,10 @@ class ACER:
         """Non-finite updates in a row, up to the last one; a host read."""
         return int(self._nonfinite_streak)
 
+    @nonfinite_streak.setter
+    def nonfinite_streak(self, count: int) -> None:
+        self._nonfinite_streak.fill_(int(count))
+
     def recent_nonfinite_streak(self) -> int:
         """:attr:`nonfinite_streak` as of the newest update the device has finished, without
         waiting for it: on CUDA the value of the previous call's copy where it has landed (so it

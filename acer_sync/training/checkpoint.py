@@ -12,8 +12,9 @@ Format 3 (:data:`FORMAT_VERSION`) holds, besides ``format``:
   ``observation_space``, the env's own where training turns its observations into other frames, as
   plain data (:mod:`atari.space_data`; None otherwise, and in files written before it);
 * ``model_spec`` (every key the network records), ``model``, ``average_model``, ``optimizer``;
-* ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``, ``unlearned_segments``,
-  ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
+* ``counters``: ``timesteps``, ``iterations``, ``updates``, ``episodes``, ``nonfinite_updates``,
+  ``nonfinite_streak`` (those in a row at the end, so that ``--max-nonfinite`` counts across a
+  resume), ``unlearned_segments``, ``time_elapsed``; ``recent_returns`` and ``recent_lengths``, the last 100 episodes; ``rng``;
 * ``callbacks``: each callback's own state as plain data, by its class name (``Name#2`` for a second
   one of a class): the best evaluation mean, for ``best.pt``, and the user's callbacks' states.
 
@@ -255,9 +256,10 @@ def migrate(payload: dict) -> dict:
     payload.setdefault("action_start", 0)
     # ... and the env's own observation space (None: the frames are its observations, or unknown).
     payload.setdefault("observation_space", None)
-    # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was.
+    # Format 3 files written before --pipeline overlap lack unlearned_segments: none of theirs was;
+    # and those written before the streak was kept, nonfinite_streak: a resume began it at 0.
     if isinstance(payload.get("counters"), dict):
-        payload["counters"] = {"unlearned_segments": 0, **payload["counters"]}
+        payload["counters"] = {"unlearned_segments": 0, "nonfinite_streak": 0, **payload["counters"]}
     # Format 3 specs written before a key existed (lstm_norm) mean what its default means.
     if isinstance(payload.get("model_spec"), dict):
         payload["model_spec"] = complete_spec(payload["model_spec"])
@@ -330,6 +332,7 @@ def trainer_payload(trainer) -> dict:
             "updates": trainer.updates,
             "episodes": trainer.tracker.episodes,
             "nonfinite_updates": trainer.agent.nonfinite_updates,
+            "nonfinite_streak": trainer.agent.nonfinite_streak,
             "time_elapsed": trainer.time_elapsed(),
             # --pipeline overlap: segments that got no on-policy update (a resume does not give the
             # newest stored one its pending update).
@@ -372,6 +375,9 @@ def check_restorable(payload: dict, model, agent, steps_per_iteration: int) -> N
             f"the checkpoint's counters disagree: {counters['updates']} updates for {counters['iterations']} iterations "
             f"and {counters['nonfinite_updates']} non-finite updates"
         )
+    streak = counters.get("nonfinite_streak")
+    if not isinstance(streak, int) or isinstance(streak, bool) or not 0 <= streak <= counters["nonfinite_updates"]:
+        raise UserError(f"the checkpoint's counter nonfinite_streak is {streak!r}, not a number from 0 to its non-finite updates")
     for key in ("recent_returns", "recent_lengths"):
         values = payload.get(key)
         if not isinstance(values, list) or not all(_is_finite_number(value) for value in values):
@@ -429,6 +435,7 @@ def restore(payload: dict, model, agent, tracker, sampler: np.random.Generator, 
     agent.optimizer.init_state()  # a checkpoint saved before the first update has none
     counters = payload["counters"]
     agent.nonfinite_updates = int(counters["nonfinite_updates"])
+    agent.nonfinite_streak = int(counters["nonfinite_streak"])
     tracker.episodes = int(counters["episodes"])
     tracker.recent_returns.extend(payload["recent_returns"])
     tracker.recent_lengths.extend(payload["recent_lengths"])
