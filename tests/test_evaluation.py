@@ -141,3 +141,37 @@ def test_an_evaluation_a_stop_skipped_is_played_first_after_the_resume(tmp_path,
         evaluated = [int(row["total_timesteps"]) for row in csv.DictReader(handle) if int(row["eval_episodes"]) > 0]
     assert evaluated == [100, 210, 300, 400]
     assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 500
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_an_evaluation_a_stop_skipped_in_the_last_iteration_is_played_by_the_resume_at_the_total(tmp_path, pipeline):
+    # The resume from a checkpoint at --total-timesteps runs no iteration: it plays the owed
+    # evaluation at its end, writes it in the final row (on_progress gets that row too) and weighs
+    # it for best.pt, as the uninterrupted run did at its last iteration.
+    config = build_config(False, dict(
+        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=200, buffer_size=100,
+        replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16", pipeline=pipeline,
+    ))
+    info = env_info("CartPole-v1")
+    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
+    learn = trainer.learn
+
+    def learn_then_stop():
+        learn()
+        if trainer.timesteps == (200 if pipeline == "serial" else 190):
+            trainer.request_stop("SIGINT")
+
+    trainer.learn = learn_then_stop
+    outcome = trainer.train()
+    assert outcome.stop is Stop.INTERRUPTED and outcome.timesteps == 200
+    rows = []
+    resumed = build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path),
+                            on_progress=rows.append)
+    assert resumed.train().finished and resumed.timesteps == 200
+    assert [row["total_timesteps"] for row in rows] == [200] and rows[0]["eval_episodes"] == 2
+    with open(tmp_path / "progress.csv", newline="") as handle:
+        evaluated = [(int(row["total_timesteps"]), float(row["eval_mean"]))
+                     for row in csv.DictReader(handle) if int(row["eval_episodes"]) > 0]
+    assert [step for step, _ in evaluated] == [100, 200]
+    saved = load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]
+    assert saved["next_eval"] == 300 and saved["best_mean"] == max(mean for _, mean in evaluated)

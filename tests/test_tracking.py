@@ -1,16 +1,22 @@
 """``--track`` (Weights & Biases, offline here), ``--capture-video``, and play.py's recording of envs
 drawn by pygame without a display."""
 
+import dataclasses
 import os
 import subprocess
 import sys
+import types
 
 import cv2
 import pytest
 
 from acer_sync.base.config import Config, build_config
+from acer_sync.base.outcome import Stop
 from acer_sync.cli.args import FLAG_GROUPS
 from acer_sync.sweeps.spec import load_sweep
+from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
+from atari.envs import env_info
 from helpers import ROOT, one_line_error, read_progress
 
 CARTPOLE = ["--env", "CartPole-v1", "--eval-every", "800", "--eval-episodes", "2", "--no-progress"]
@@ -130,3 +136,60 @@ def test_sweeps_pass_track_to_their_trials(tmp_path):
     assert [(trial.config.track, trial.config.wandb_project) for trial in trials] == [(True, "p"), (True, "p")]
     assert build_config(False, {}).track is False and Config().wandb_project == "acer_sync"
     assert {"track", "wandb_project", "wandb_entity", "capture_video"} <= set(FLAG_GROUPS["run and logging"])
+
+
+class FakeWandb:
+    """``wandb.init`` as W&B's online runs answer it: each run's id, the steps logged to it (a
+    step it has passed is ignored, as W&B does), and ``step``, the next log()'s."""
+
+    def __init__(self):
+        self.logged: dict[str, list[int]] = {}
+        self.ids: list[str | None] = []
+
+    def init(self, id=None, **settings):
+        self.ids.append(id)
+        run_id = id or f"run{len(self.ids)}"
+        logged = self.logged.setdefault(run_id, [])
+        return types.SimpleNamespace(
+            id=run_id, url="https://wandb.ai/fake", dir="/nonexistent/files", settings=types.SimpleNamespace(mode="online"),
+            step=logged[-1] + 1 if logged else 0, finish=lambda exit_code: None,
+            log=lambda row, step: logged.append(step) if not logged or step > logged[-1] else None,
+        )
+
+
+def test_tracking_logs_the_final_row_keeps_its_run_through_an_untracked_session_and_says_what_w_and_b_drops(
+        tmp_path, monkeypatch, caplog):
+    import wandb
+
+    fake = FakeWandb()
+    monkeypatch.setattr(wandb, "init", fake.init)
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=400, eval_every=0, log_interval=4, threads=1, track=True))
+    info = env_info("CartPole-v1")
+    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
+    learn = trainer.learn
+
+    def learn_then_stop():
+        learn()
+        if trainer.timesteps == 70:
+            trainer.request_stop("SIGINT")
+
+    trainer.learn = learn_then_stop
+    assert trainer.train().stop is Stop.INTERRUPTED
+    assert [int(row["total_timesteps"]) for row in read_progress(tmp_path)] == [40, 70]
+    assert fake.logged == {"run1": [40, 70]}  # the row written at the stop too
+    # a session with --track off (a resume may change it) keeps the W&B run's id for a later one
+    untracked = dataclasses.replace(config, track=False, total_timesteps=100)
+    assert build_trainer(untracked, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
+    assert load_checkpoint(tmp_path)["callbacks"]["WandbCallback"] == {"run_id": "run1"}
+    tracked = dataclasses.replace(config, total_timesteps=200)
+    assert build_trainer(tracked, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
+    assert fake.ids == [None, "run1"] and fake.logged["run1"][-1] == 200
+    # a resume from a checkpoint behind what W&B holds (the session after it was killed) says that
+    # W&B drops the rows to the step it reached
+    payload = load_checkpoint(tmp_path)
+    fake.logged["run1"].append(240)
+    with caplog.at_level("WARNING"):
+        assert build_trainer(dataclasses.replace(config, total_timesteps=280), info, tmp_path, resume=payload).train().finished
+    assert "W&B run run1 holds rows to step 240, past the checkpoint's 200" in caplog.text
+    assert caplog.text.count("W&B ignores rows") == 1

@@ -105,6 +105,9 @@ class CallbackList:
         self.callbacks = check_callbacks(callbacks)
         self.user = list(user)
         self._warned: set[str] = set()  # the callbacks whose state was left out, warned once
+        # States a checkpoint held for callbacks this session has not (W&B's run id while --track is
+        # off for a resume): kept in the next checkpoints, for a later session that has them again.
+        self._absent: dict = {}
 
     def _each(self, hook: str, *args) -> Callback | None:
         stopper = None
@@ -151,7 +154,7 @@ class CallbackList:
     def state(self) -> dict:
         """Each callback's ``state()`` as plain data (:func:`plain_state`), by key. A state that
         cannot be plain data is left out with a warning: a checkpoint holding it would not load."""
-        states = {}
+        states = dict(self._absent)
         for key, callback in zip(self._keys(), self.callbacks):
             try:
                 state = plain_state(callback.state(), key)
@@ -176,9 +179,11 @@ class CallbackList:
             plain_state(state, key)
 
     def load_state(self, states: dict) -> None:
-        for key, callback in zip(self._keys(), self.callbacks):
+        keys = self._keys()
+        for key, callback in zip(keys, self.callbacks):
             if key in states:
                 callback.load_state(states[key])
+        self._absent = {key: state for key, state in states.items() if key not in keys}
 
 
 #: What a checkpoint keeps of a callback's state as it is (``torch.load(weights_only=True)`` reads them).
@@ -311,6 +316,7 @@ class EvalCallback(Callback):
         self.new_videos: list[tuple[int, Path]] = []
         self.next_eval = 0
         self.owed_eval: int | None = None  # the step of an evaluation a stop skipped, from the checkpoint
+        self.final_results: dict[str, float] = {}  # the columns of one played at the end, for the final row
         self.best_mean = math.nan
 
     def on_training_start(self, trainer) -> None:
@@ -328,14 +334,20 @@ class EvalCallback(Callback):
         # ``next_eval`` stays, so the checkpoint owes it and a resume plays it first.
         if trainer.timesteps < self.next_eval or trainer.stop_requested():
             return
+        results = self.play(trainer)
+        if results is not None:
+            row.update(results)
+
+    def play(self, trainer) -> dict[str, float] | None:
+        """The evaluation due, its columns; at a new best mean, ``best.pt``."""
         results = self.evaluate(trainer)
         if results is None:
-            return
-        row.update(results)
+            return None
         self.next_eval += self.config.eval_every
-        if self.checkpoints is not None and not row["eval_mean"] <= self.best_mean:
-            self.best_mean = row["eval_mean"]
+        if self.checkpoints is not None and not results["eval_mean"] <= self.best_mean:
+            self.best_mean = results["eval_mean"]
             self.checkpoints.save_best(trainer)
+        return results
 
     def evaluate(self, trainer) -> dict[str, float] | None:
         """The evaluation's columns; None where a stop came during its games, which end then (a
@@ -384,9 +396,15 @@ class EvalCallback(Callback):
             recorder.discard()
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        for env in (self.env, self.video_env):
-            if env is not None:
-                env.close()
+        try:
+            if outcome.stop is Stop.FINISHED and self.next_eval <= trainer.timesteps:
+                # Owed by a checkpoint whose last iteration a stop ended: a resume at the total runs
+                # no iteration to play it in. It goes in the final row (ProgressCallback's).
+                self.final_results = self.play(trainer) or {}
+        finally:
+            for env in (self.env, self.video_env):
+                if env is not None:
+                    env.close()
 
     def state(self) -> dict:
         """The best mean, and the step of the next evaluation: at or below the checkpoint's step
@@ -408,12 +426,17 @@ class ProgressCallback(Callback):
     write (the disk that refused the checkpoint). ``fps`` counts training only: evaluation time
     is left out."""
 
-    def __init__(self, run_dir: Path, config: Config, resume_step: int | None = None):
+    def __init__(self, run_dir: Path, config: Config, resume_step: int | None = None,
+                 evaluation: EvalCallback | None = None):
         self.run_dir = run_dir
         self.config = config
         self.resume_step = resume_step
+        self.evaluation = evaluation
         self.logger: Logger | None = None
         self.interval_start, self.interval_steps = time.perf_counter(), 0
+        #: The row written at the end of the run (:meth:`on_training_end`), for the callbacks after
+        #: this one that pass rows on (``on_progress``, W&B); None where none was written.
+        self.final_row: dict | None = None
 
     def on_training_start(self, trainer) -> None:
         self.logger = Logger(self.run_dir, resume_step=self.resume_step)
@@ -451,8 +474,9 @@ class ProgressCallback(Callback):
         if self.logger is None:
             return
         try:
-            if self.interval_steps > 0 and outcome.stop is not Stop.WRITE_FAILED:
-                self._write(trainer, {})
+            evaluation = self.evaluation.final_results if self.evaluation is not None else {}
+            if (self.interval_steps > 0 or evaluation) and outcome.stop is not Stop.WRITE_FAILED:
+                self.final_row = self._write(trainer, evaluation)
         finally:
             self.logger.close()
 
@@ -478,14 +502,20 @@ class ProgressBar(Callback):
 
 
 class ProgressRows(Callback):
-    """Calls ``on_progress`` with each progress row, after it is written (``acer_sync.train``'s shorthand)."""
+    """Calls ``on_progress`` with each progress row, after it is written (``acer_sync.train``'s
+    shorthand), the final one at the run's end (``progress``'s) too."""
 
-    def __init__(self, on_progress: Callable[[dict], None]):
+    def __init__(self, on_progress: Callable[[dict], None], progress: ProgressCallback | None = None):
         self.on_progress = on_progress
+        self.progress = progress
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if row:
             self.on_progress(row)
+
+    def on_training_end(self, trainer, outcome: Outcome) -> None:
+        if self.progress is not None and self.progress.final_row is not None:
+            self.on_progress(self.progress.final_row)
 
 
 class StopTrainingOnReward(Callback):

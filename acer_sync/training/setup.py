@@ -114,13 +114,14 @@ def run_callbacks(
     """A run's callbacks in the order they run: the built-ins (:mod:`acer_sync.training.callbacks` lists them), with the
     ``on_progress`` shorthand right after the row is written, then the user's."""
     checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
-    evaluation = [EvalCallback(config, checkpoints, run_dir)] if config.eval_every else []
-    progress_rows = [ProgressRows(on_progress)] if on_progress is not None else []
-    tracking = [WandbCallback(run_dir, config, evaluation[0] if evaluation else None)] if config.track else []
+    evaluation = EvalCallback(config, checkpoints, run_dir) if config.eval_every else None
+    progress = ProgressCallback(run_dir, config, resume_step, evaluation)
+    progress_rows = [ProgressRows(on_progress, progress)] if on_progress is not None else []
+    tracking = [WandbCallback(run_dir, config, evaluation, progress)] if config.track else []
     bar = [ProgressBar(config.total_timesteps)] if progress_bar else []
     user = list(user)
     callbacks = [
-        *evaluation, ProgressCallback(run_dir, config, resume_step), *progress_rows, *tracking, *bar, checkpoints, *user,
+        *([evaluation] if evaluation else []), progress, *progress_rows, *tracking, *bar, checkpoints, *user,
     ]
     return CallbackList(callbacks, user=progress_rows + user)
 

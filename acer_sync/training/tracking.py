@@ -20,7 +20,7 @@ from acer_sync.base.config import Config
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome
-from acer_sync.training.callbacks import Callback, EvalCallback
+from acer_sync.training.callbacks import Callback, EvalCallback, ProgressCallback
 
 
 def check_wandb() -> None:
@@ -32,13 +32,16 @@ def check_wandb() -> None:
 
 
 class WandbCallback(Callback):
-    """Logs each progress row (numbers only), the config once, and each video the evaluation
-    recorded (``capture_video``) to a W&B run named after the run directory."""
+    """Logs each progress row (numbers only; the final one, ``progress``'s, too), the config once,
+    and each video the evaluation recorded (``capture_video``) to a W&B run named after the run
+    directory."""
 
-    def __init__(self, run_dir: Path, config: Config, evaluation: EvalCallback | None = None):
+    def __init__(self, run_dir: Path, config: Config, evaluation: EvalCallback | None = None,
+                 progress: ProgressCallback | None = None):
         self.run_dir = run_dir
         self.config = config
         self.evaluation = evaluation
+        self.progress = progress
         self.run = None
         self.run_id: str | None = None
 
@@ -58,17 +61,37 @@ class WandbCallback(Callback):
                         "(log in with wandb login, or set WANDB_MODE=offline to keep the run under the run directory)")
             return
         self.run_id = self.run.id
+        last = self._last_step()
+        if last > trainer.timesteps:
+            log.warning(
+                f"--track: W&B run {self.run.id} holds rows to step {last}, past the checkpoint's {trainer.timesteps} "
+                "(the session after it ended without one); W&B ignores rows at steps it has passed, so this "
+                f"session's rows to step {last} are in progress.csv and TensorBoard only"
+            )
         offline = Path(self.run.dir).parent
         where = f"offline, in {offline}; upload it with wandb sync {offline}" if self.run.settings.mode == "offline" else self.run.url
         log.info(f"W&B run {self.run.id} ({where})")
+
+    def _last_step(self) -> int:
+        """The step of the last row the W&B run holds (a resumed run's history goes on from it), -1 where none."""
+        try:
+            return int(self.run.step) - 1  # ``step`` is the next log()'s
+        except Exception:  # noqa: BLE001 - a mode without it ("shared"): nothing to compare
+            return -1
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if self.run is None:
             return
         if row:
-            numbers = {name: value for name, value in row.items()
-                       if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
-            self.run.log(numbers, step=trainer.timesteps)
+            self._log_row(trainer, row)
+        self._log_videos()
+
+    def _log_row(self, trainer, row: dict) -> None:
+        numbers = {name: value for name, value in row.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+        self.run.log(numbers, step=trainer.timesteps)
+
+    def _log_videos(self) -> None:
         if self.evaluation is not None and self.evaluation.new_videos:
             import wandb
 
@@ -77,7 +100,13 @@ class WandbCallback(Callback):
             self.evaluation.new_videos.clear()
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        if self.run is not None:
+        if self.run is None:
+            return
+        try:
+            if self.progress is not None and self.progress.final_row is not None:
+                self._log_row(trainer, self.progress.final_row)
+            self._log_videos()
+        finally:
             self.run.finish(exit_code=0 if outcome.finished else 1)
             self.run = None
 
