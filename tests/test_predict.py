@@ -179,3 +179,34 @@ def test_a_run_of_a_callable_loaded_in_another_process_takes_the_envs_own_observ
                             cwd=Path(__file__).parents[1])
     assert result.returncode == 0, result.stderr
     assert all(action in ("0", "1") for action in result.stdout.split())
+
+
+class NarrowFloat64Box(gym.Env):
+    """A float64 Box of actions whose bounds float32 cannot hold (±0.1); it records each action that
+    ``Box.contains`` refuses. Its reward pulls the actions to the bounds, where clipping acts."""
+
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float64)
+    action_space = gym.spaces.Box(-0.1, 0.1, (2,), np.float64)
+    refused: list = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3), {}
+
+    def step(self, action):
+        self.t += 1
+        if not self.action_space.contains(np.asarray(action)):
+            NarrowFloat64Box.refused.append(np.asarray(action).copy())
+        return np.full(3, 0.5), float(np.abs(action).sum()), False, self.t >= 20, {}
+
+
+def test_actions_clipped_to_a_float64_box_are_inside_it_in_training_evaluation_and_predict(tmp_path):
+    # float32(0.1) is above 0.1: clipping to the bounds in float32 put actions just outside.
+    NarrowFloat64Box.refused.clear()
+    run = acer_sync.train(NarrowFloat64Box, run_dir=tmp_path / "run", **{**SMALL, "total_timesteps": 200, "eval_every": 100,
+                                                                          "eval_episodes": 2})
+    actions, _ = acer_sync.load(run).predict(np.full((50, 3), 0.9))
+    assert NarrowFloat64Box.refused == []
+    assert all(NarrowFloat64Box.action_space.contains(action) for action in actions)
+    assert np.abs(actions).max() > 0.0999  # some were clipped, to the bound

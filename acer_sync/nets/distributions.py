@@ -74,8 +74,7 @@ class DiagGaussian:
         self.stat_size = 2 * dim
         self.action_shape = (dim,)
         self.action_dtype = np.dtype(np.float32)
-        self.low = np.asarray(low, dtype=np.float32)
-        self.high = np.asarray(high, dtype=np.float32)
+        self.low, self.high = float32_inside(low, high)
 
     def split(self, stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, log_std)``, each ``[..., d]``."""
@@ -107,6 +106,17 @@ class DiagGaussian:
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
         return np.clip(np.asarray(actions, dtype=np.float32), self.low, self.high)
+
+
+def float32_inside(low, high) -> tuple[np.ndarray, np.ndarray]:
+    """The Box ``[low, high]``'s bounds in float32, each rounded inwards where float32 cannot hold
+    it (``float32(0.1)`` is above 0.1), so that an action clipped to them is inside a float64 Box
+    as well as a float32 one (``Box.contains``)."""
+    low64, high64 = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    low32, high32 = low64.astype(np.float32), high64.astype(np.float32)
+    low32 = np.where(low32 < low64, np.nextafter(low32, np.float32(np.inf)), low32)
+    high32 = np.where(high32 > high64, np.nextafter(high32, np.float32(-np.inf)), high32)
+    return low32.astype(np.float32), high32.astype(np.float32)
 
 
 Distribution = Categorical | DiagGaussian
