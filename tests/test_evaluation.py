@@ -14,6 +14,7 @@ from acer_sync.rollout.evaluation import evaluate
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
+from atari.errors import EnvFailed
 from helpers import NeverFire, categorical_net
 
 
@@ -175,3 +176,50 @@ def test_an_evaluation_a_stop_skipped_in_the_last_iteration_is_played_by_the_res
     assert [step for step, _ in evaluated] == [100, 200]
     saved = load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]
     assert saved["next_eval"] == 300 and saved["best_mean"] == max(mean for _, mean in evaluated)
+
+
+def test_a_run_that_evaluates_every_iteration_evaluates_once_at_its_end_also_after_a_resume_there(tmp_path):
+    # --eval-every below the steps of an iteration: one evaluation an iteration, none owed at the end.
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=30, eval_every=5, eval_episodes=2, log_interval=1, threads=1))
+    info = env_info("CartPole-v1")
+    assert build_trainer(config, info, tmp_path, progress_bar=False).train().finished
+    assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 35
+    assert build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path)).train().finished
+    with open(tmp_path / "progress.csv", newline="") as handle:
+        evaluated = [int(row["total_timesteps"]) for row in csv.DictReader(handle) if int(row["eval_episodes"]) > 0]
+    assert evaluated == [10, 20, 30]
+
+
+@pytest.mark.parametrize("trouble", ["stop", "env"])
+def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_the_resume_as_in_an_iteration(
+        tmp_path, trouble):
+    config = build_config(False, dict(
+        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=200, buffer_size=100,
+        replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16",
+    ))
+    info = env_info("CartPole-v1")
+    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
+    learn = trainer.learn
+
+    def learn_then_stop():
+        learn()
+        if trainer.timesteps == 200:
+            trainer.request_stop("SIGINT")
+
+    trainer.learn = learn_then_stop
+    assert trainer.train().stop is Stop.INTERRUPTED
+    resumed = build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path))
+    evaluation = next(c for c in resumed.callbacks.callbacks if type(c).__name__ == "EvalCallback")
+    evaluate_games = evaluation.evaluate
+
+    def troubled_games(trainer):
+        if trouble == "env":
+            raise EnvFailed("CartPole-v1 env 0 raised RuntimeError in step: broken")
+        trainer.request_stop("SIGINT")
+        return evaluate_games(trainer)
+
+    evaluation.evaluate = troubled_games
+    outcome = resumed.train()
+    assert outcome.stop is (Stop.INTERRUPTED if trouble == "stop" else Stop.ENV_FAILED) and outcome.timesteps == 200
+    assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 200  # still owed

@@ -150,8 +150,8 @@ def test_replay_from_the_stored_state_gives_pi_equal_mu_at_every_step_and_zero_s
 def test_trainer_on_policy_updates_see_rho_one_from_the_stored_state(tmp_path, pipeline, lr):
     # Through the whole loop: the on-policy update's ρ is 1 (its weights acted the segment), and
     # replay from the zero state (Baselines' way) makes it wrong. Overlapped, the envs collect with
-    # the acting copy in a thread, one update behind; weights that do not move (lr 1e-30 changes
-    # none by a float32 ulp) make that lag nothing, so ρ from the state it stored is 1 there too.
+    # the acting copy in a thread, one update behind; weights that do not move (lr 1e-30 moves
+    # none by more than about 1e-29) make that lag nothing, so ρ from the state it stored is 1 there too.
     rho = {}
     for replay_state in ("stored", "zero"):
         info = env_info("CartPole-v1")

@@ -138,23 +138,40 @@ def test_sweeps_pass_track_to_their_trials(tmp_path):
     assert {"track", "wandb_project", "wandb_entity", "capture_video"} <= set(FLAG_GROUPS["run and logging"])
 
 
+class FakeRun:
+    """A W&B run as its online runs answer: the steps logged to it (a step it has passed is
+    ignored, as W&B does: the rows' keys in ``rows``), and ``step``, the next log()'s."""
+
+    url, dir, settings = "https://wandb.ai/fake", "/nonexistent/files", types.SimpleNamespace(mode="online")
+
+    def __init__(self, run_id: str, logged: list[int], rows: list[dict]):
+        self.id, self.logged, self.rows = run_id, logged, rows
+
+    @property
+    def step(self) -> int:
+        return self.logged[-1] + 1 if self.logged else 0
+
+    def log(self, row: dict, step: int) -> None:
+        if step >= self.step:
+            self.logged.append(step)
+            self.rows.append(row)
+
+    def finish(self, exit_code: int) -> None:
+        pass
+
+
 class FakeWandb:
-    """``wandb.init`` as W&B's online runs answer it: each run's id, the steps logged to it (a
-    step it has passed is ignored, as W&B does), and ``step``, the next log()'s."""
+    """``wandb.init``: each run's id, and what each run logged."""
 
     def __init__(self):
         self.logged: dict[str, list[int]] = {}
+        self.rows: dict[str, list[dict]] = {}
         self.ids: list[str | None] = []
 
     def init(self, id=None, **settings):
         self.ids.append(id)
         run_id = id or f"run{len(self.ids)}"
-        logged = self.logged.setdefault(run_id, [])
-        return types.SimpleNamespace(
-            id=run_id, url="https://wandb.ai/fake", dir="/nonexistent/files", settings=types.SimpleNamespace(mode="online"),
-            step=logged[-1] + 1 if logged else 0, finish=lambda exit_code: None,
-            log=lambda row, step: logged.append(step) if not logged or step > logged[-1] else None,
-        )
+        return FakeRun(run_id, self.logged.setdefault(run_id, []), self.rows.setdefault(run_id, []))
 
 
 def test_tracking_logs_the_final_row_keeps_its_run_through_an_untracked_session_and_says_what_w_and_b_drops(
@@ -193,3 +210,31 @@ def test_tracking_logs_the_final_row_keeps_its_run_through_an_untracked_session_
         assert build_trainer(dataclasses.replace(config, total_timesteps=280), info, tmp_path, resume=payload).train().finished
     assert "W&B run run1 holds rows to step 240, past the checkpoint's 200" in caplog.text
     assert caplog.text.count("W&B ignores rows") == 1
+
+
+def test_an_evaluation_owed_at_the_total_that_w_and_b_cannot_take_is_said_in_one_warning(tmp_path, monkeypatch, caplog):
+    # The stop's row at the total reached W&B; the resume's evaluation at that step cannot.
+    import wandb
+
+    fake = FakeWandb()
+    monkeypatch.setattr(wandb, "init", fake.init)
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=200, eval_every=100, eval_episodes=2, log_interval=4, threads=1,
+                                      track=True))
+    info = env_info("CartPole-v1")
+    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
+    learn = trainer.learn
+
+    def learn_then_stop():
+        learn()
+        if trainer.timesteps == 200:
+            trainer.request_stop("SIGINT")
+
+    trainer.learn = learn_then_stop
+    assert trainer.train().stop is Stop.INTERRUPTED
+    assert fake.logged["run1"][-1] == 200 and "eval_mean" not in fake.rows["run1"][-1]
+    with caplog.at_level("WARNING"):
+        assert build_trainer(config, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
+    last = read_progress(tmp_path)[-1]
+    assert int(last["total_timesteps"]) == 200 and int(last["eval_episodes"]) == 2
+    assert "W&B run run1 has a row at step 200 already and keeps it" in caplog.text

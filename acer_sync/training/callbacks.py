@@ -316,7 +316,7 @@ class EvalCallback(Callback):
         self.new_videos: list[tuple[int, Path]] = []
         self.next_eval = 0
         self.owed_eval: int | None = None  # the step of an evaluation a stop skipped, from the checkpoint
-        self.final_results: dict[str, float] = {}  # the columns of one played at the end, for the final row
+        self.final_results: dict[str, float] = {}  # the columns of one played at the start, for the final row
         self.best_mean = math.nan
 
     def on_training_start(self, trainer) -> None:
@@ -327,6 +327,11 @@ class EvalCallback(Callback):
             self.next_eval = self.owed_eval  # a stop skipped it: it plays in this session's first iteration
         if self.checkpoints is not None:
             self.best_mean = self.checkpoints.saved_best_mean(type(self).__name__, self.best_mean)
+        if self.next_eval <= trainer.timesteps >= self.config.total_timesteps:
+            # Owed by a checkpoint whose last iteration a stop ended: the resume at the total runs
+            # no iteration to play it in, so it plays now, into the final row (ProgressCallback's).
+            # A stop during its games, or an env that fails, ends the run as in an iteration.
+            self.final_results = self.play(trainer) or {}
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         # An evaluation due in the iteration a stop signal came in is skipped: it would hold the
@@ -343,7 +348,7 @@ class EvalCallback(Callback):
         results = self.evaluate(trainer)
         if results is None:
             return None
-        self.next_eval += self.config.eval_every
+        self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
         if self.checkpoints is not None and not results["eval_mean"] <= self.best_mean:
             self.best_mean = results["eval_mean"]
             self.checkpoints.save_best(trainer)
@@ -396,15 +401,9 @@ class EvalCallback(Callback):
             recorder.discard()
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        try:
-            if outcome.stop is Stop.FINISHED and self.next_eval <= trainer.timesteps:
-                # Owed by a checkpoint whose last iteration a stop ended: a resume at the total runs
-                # no iteration to play it in. It goes in the final row (ProgressCallback's).
-                self.final_results = self.play(trainer) or {}
-        finally:
-            for env in (self.env, self.video_env):
-                if env is not None:
-                    env.close()
+        for env in (self.env, self.video_env):
+            if env is not None:
+                env.close()
 
     def state(self) -> dict:
         """The best mean, and the step of the next evaluation: at or below the checkpoint's step

@@ -104,7 +104,11 @@ class WandbCallback(Callback):
             return
         try:
             if self.progress is not None and self.progress.final_row is not None:
-                self._log_row(trainer, self.progress.final_row)
+                if trainer.timesteps > self._last_step():
+                    self._log_row(trainer, self.progress.final_row)
+                else:  # the stop's row at this step, before the evaluation a resume at the total played
+                    log.warning(f"--track: W&B run {self.run.id} has a row at step {trainer.timesteps} already and keeps "
+                                "it; this session's row at that step is in progress.csv and TensorBoard only")
             self._log_videos()
         finally:
             self.run.finish(exit_code=0 if outcome.finished else 1)
