@@ -14,8 +14,11 @@ import torch
 import user_torsos
 
 import acer_sync
+from acer_sync.base.config import build_config
 from acer_sync.nets.networks import network_from_spec
 from acer_sync.training.checkpoint import load_checkpoint
+from acer_sync.training.setup import build_trainer
+from atari.envs import env_info
 from helpers import ROOT, one_line_error
 
 SMALL = dict(num_envs=2, vec_env="sync", device="cpu", eval_every=0, log_interval=1, threads=1, verbose=0)
@@ -108,3 +111,26 @@ def test_net_arch_and_activation_shape_the_vector_mlps(tmp_path):
     assert payload["config"]["hidden"] == "32,8" and payload["model_spec"]["activation"] == "relu"
     model = acer_sync.load(run_dir).model
     assert isinstance(model.head.pi_mlp.body[2], torch.nn.ReLU) and model.head.q_mlp.body[3].out_features == 8
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_a_torso_acts_and_evaluates_in_evaluation_mode_and_learns_in_training_mode(tmp_path, pipeline):
+    # As SB3 collects rollouts: Dropout off and BatchNorm on its running statistics while acting,
+    # so one env acts alone (a BatchNorm in training mode refused a batch of one) and the greedy
+    # evaluation is the policy's; the updates train both, and their running statistics reach the
+    # network that acts.
+    user_torsos.NormedTorso.MODES.clear()
+    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:NormedTorso", vec_env="sync", device="cpu",
+                                      num_envs=1, nsteps=5, total_timesteps=100, eval_every=50, eval_episodes=1,
+                                      eval_greedy=True, log_interval=1, threads=1, pipeline=pipeline))
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert trainer.train().finished
+    modes = set(user_torsos.NormedTorso.MODES)
+    assert {(False, 1), (True, 5)} <= modes  # acting and evaluation one env at a time; updates on T x N = 5
+    assert modes <= {(False, 1), (False, 2), (True, 5), (True, 6)}  # the torso's check at its build; the bootstrap's T + 1
+    assert trainer.model.training
+    online = dict(trainer.model.named_buffers())
+    assert online["torso.module.layer.2.running_mean"].abs().sum() > 0  # the updates moved it
+    if pipeline == "overlap":
+        for name, buffer in trainer.acting.model.named_buffers():
+            assert torch.equal(buffer, online[name])

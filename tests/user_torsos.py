@@ -73,3 +73,21 @@ class PartsTorso(nn.Module):
         self.seen = {key: part.detach() for key, part in obs.items()}
         parts = [self.images[key](obs[key]) if key in self.images else obs[key].flatten(1) for key in self.keys]
         return self.out(torch.cat(parts, dim=1))
+
+
+class NormedTorso(nn.Module):
+    """Linear → BatchNorm → ReLU → Dropout, which act differently in training and evaluation mode;
+    records in ``MODES`` (of all instances) whether each forward ran in training mode, by batch size."""
+
+    MODES: list[tuple[bool, int]] = []
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16):
+        super().__init__()
+        self.features_dim = features_dim
+        inputs = int(torch.tensor(observation_space.shape).prod())
+        self.layer = nn.Sequential(nn.Flatten(), nn.Linear(inputs, features_dim), nn.BatchNorm1d(features_dim), nn.ReLU(),
+                                   nn.Dropout(0.5))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        NormedTorso.MODES.append((self.training, obs.shape[0]))
+        return self.layer(obs)

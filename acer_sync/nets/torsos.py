@@ -12,9 +12,10 @@ the initialisation its class gives it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +23,23 @@ import torch
 from torch import nn
 
 from acer_sync.base.errors import UserError
+
+
+@contextlib.contextmanager
+def evaluation_mode(model: nn.Module) -> Iterator[None]:
+    """``model`` in evaluation mode (``model.eval()``), and in its mode before after: it acts and
+    evaluates so (the Trainer's collection, :func:`acer_sync.rollout.evaluation.evaluate`), as SB3
+    collects rollouts, and a user torso is checked so. A user's Dropout is off and a BatchNorm uses
+    its running statistics, which only the updates (in training mode) change, so one env's action
+    does not depend on another's observation. The built-in networks have no such layers: none of
+    their numbers change."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
 
 #: The activations an MLP may use (``--activation``).
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -229,7 +247,7 @@ class UserTorso(nn.Module):
             sample = torch.zeros(2, *self.space.shape)
             shapes = f"shape {tuple(sample.shape)}"
         try:
-            with torch.no_grad():
+            with torch.no_grad(), evaluation_mode(self.module):  # its BatchNorm statistics and the RNG untouched
                 out = self.module(sample)
         except Exception as error:  # noqa: BLE001
             raise UserError(f"--torso {self.name}: its forward on a batch of {shapes} raised "

@@ -38,9 +38,17 @@ class ActingCopy:
     def __init__(self, online: Network):
         self.online = online
         device = next(online.parameters()).device
-        self.model = network_from_spec(online.spec()).to(device).requires_grad_(False)
+        self.model = network_from_spec(online.spec()).to(device).requires_grad_(False).eval()  # it only acts
         self._online_params, self._acting_params = list(online.parameters()), list(self.model.parameters())
         self._online_buffers, self._acting_buffers = list(online.buffers()), list(self.model.buffers())
+        # The observation normalizer's statistics are gathered by acting, a user torso's others (a
+        # BatchNorm's running statistics) by the updates: each goes from where it is gathered.
+        acting_buffers = dict(self.model.named_buffers())
+        gathered = [name for name, _ in online.named_buffers() if name.startswith("normalizer.")]
+        learned = [name for name, _ in online.named_buffers() if not name.startswith("normalizer.")]
+        online_buffers = dict(online.named_buffers())
+        self._gathered = ([acting_buffers[name] for name in gathered], [online_buffers[name] for name in gathered])
+        self._learned = ([online_buffers[name] for name in learned], [acting_buffers[name] for name in learned])
         #: The CUDA stream acting runs on (None off CUDA).
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.start()
@@ -55,12 +63,13 @@ class ActingCopy:
 
     @torch.no_grad()
     def exchange(self) -> None:
-        """After an update and a collection: the new weights to the acting copy, the statistics
-        acting gathered (the normalizer's) to the online network."""
+        """After an update and a collection: the new weights, and the buffers the updates change,
+        to the acting copy; the statistics acting gathered (the normalizer's) to the online network."""
         with self._between_streams():
             torch._foreach_copy_(self._acting_params, self._online_params)
-            if self._acting_buffers:
-                torch._foreach_copy_(self._online_buffers, self._acting_buffers)
+            for sources, targets in (self._gathered, self._learned):
+                if targets:
+                    torch._foreach_copy_(targets, sources)
 
     @contextlib.contextmanager
     def _between_streams(self):

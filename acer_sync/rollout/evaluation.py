@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from acer_sync.nets.networks import Network
+from acer_sync.nets.torsos import evaluation_mode
 from acer_sync.rollout.actor import Actor
 from atari.envs import VecEnv
 from atari.episodes import EpisodeTracker
@@ -48,30 +49,31 @@ def evaluate(
     :class:`EnvStep`); play.py records video frames and logs the actions there.
     ``precision`` is what the network's passes compute in (:mod:`acer_sync.nets.precision`).
     Once ``cancelled()`` is true (a stop signal in training), it returns the games finished so far,
-    after the env step it was asked in.
+    after the env step it was asked in. The network plays in evaluation mode (:func:`evaluation_mode`).
     """
-    n = env.num_envs
-    quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
-    played = np.zeros(n, dtype=np.int64)
-    scores: list[float] = []
-    tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
-    actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision)
-    frames, lives = env.reset(seed=seed)
-    tracker.reset(lives)
-    actor.reset(frames)
-    if on_step is not None:
-        on_step(None)
-    while len(scores) < episodes and not (cancelled is not None and cancelled()):
-        forced = actor.life_loss_actions.pending()  # before act(), which plays them
-        actions, _ = actor.act()
-        env_actions = actor.distribution.env_actions(actions)
-        frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
-        _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
-        actor.observe(frames, game_over, tracker.life_lost, game_over)
-        for env_index, score in tracker.finished:
-            if played[env_index] < quota[env_index]:
-                played[env_index] += 1
-                scores.append(score)
+    with evaluation_mode(model):
+        n = env.num_envs
+        quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+        played = np.zeros(n, dtype=np.int64)
+        scores: list[float] = []
+        tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
+        actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision)
+        frames, lives = env.reset(seed=seed)
+        tracker.reset(lives)
+        actor.reset(frames)
         if on_step is not None:
-            on_step(EnvStep(env_actions, forced, raw_rewards, lives, game_over))
+            on_step(None)
+        while len(scores) < episodes and not (cancelled is not None and cancelled()):
+            forced = actor.life_loss_actions.pending()  # before act(), which plays them
+            actions, _ = actor.act()
+            env_actions = actor.distribution.env_actions(actions)
+            frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
+            _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
+            actor.observe(frames, game_over, tracker.life_lost, game_over)
+            for env_index, score in tracker.finished:
+                if played[env_index] < quota[env_index]:
+                    played[env_index] += 1
+                    scores.append(score)
+            if on_step is not None:
+                on_step(EnvStep(env_actions, forced, raw_rewards, lives, game_over))
     return scores

@@ -23,6 +23,7 @@ from acer_sync.base.timing import PhaseTimer
 from acer_sync.base.transfer import SideStream, upload
 from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.networks import Network
+from acer_sync.nets.torsos import evaluation_mode
 from acer_sync.replay.buffer import Batch, Field, ReplayBuffer, Sample, to_batch
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
@@ -132,8 +133,10 @@ class Trainer:
         self.pending_update = True
 
     def collect(self) -> None:
-        """Act for one segment of ``nsteps`` in every env and store it."""
-        self._store(self.runner.run())
+        """Act for one segment of ``nsteps`` in every env (in evaluation mode: :func:`evaluation_mode`) and store it."""
+        with evaluation_mode(self.runner.actor.model):
+            segment = self.runner.run()
+        self._store(segment)
 
     def _store(self, segment) -> None:
         with self.timer("buffer_put"):
