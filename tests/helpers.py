@@ -38,6 +38,21 @@ def start_long_cartpole_run(run_dir: Path, num_envs: int, *extra: str) -> subpro
     return process
 
 
+def stop_in_the_iteration_ending_at(trainer, step: int) -> None:
+    """A SIGINT (``trainer.request_stop``) in the iteration whose segment ends at ``step``, after its
+    update: the stop is honoured at that iteration's end, before its evaluation is played.
+    Overlapped, the update runs while that segment is collected, one segment earlier."""
+    learn = trainer.learn
+    learning_at = step if trainer.collector is None else step - trainer.steps_per_iteration
+
+    def learn_then_stop():
+        learn()
+        if trainer.timesteps == learning_at:
+            trainer.request_stop("SIGINT")
+
+    trainer.learn = learn_then_stop
+
+
 def one_line_error(result: subprocess.CompletedProcess) -> str:
     """Assert a user error: exit code 2 and one stderr line without a traceback; return the line."""
     assert result.returncode == 2, (result.stdout, result.stderr)

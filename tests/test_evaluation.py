@@ -15,7 +15,7 @@ from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.errors import EnvFailed
-from helpers import NeverFire, categorical_net
+from helpers import NeverFire, categorical_net, stop_in_the_iteration_ending_at
 
 
 class CountingEnv:
@@ -114,15 +114,7 @@ def test_an_evaluation_a_stop_skipped_is_played_first_after_the_resume(tmp_path,
     info = env_info("CartPole-v1")
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
     if stop_in == "segment":  # a SIGINT while the segment that ends at step 200 is collected and learned from
-        learn = trainer.learn
-        learning_at = 200 if pipeline == "serial" else 190  # overlapped, learn runs before that segment is stored
-
-        def learn_then_stop():
-            learn()
-            if trainer.timesteps == learning_at:
-                trainer.request_stop("SIGINT")
-
-        trainer.learn = learn_then_stop
+        stop_in_the_iteration_ending_at(trainer, 200)
     else:  # a SIGINT during the games of the evaluation due at step 200
         evaluation = next(c for c in trainer.callbacks.callbacks if type(c).__name__ == "EvalCallback")
         evaluate_games = evaluation.evaluate
@@ -155,14 +147,7 @@ def test_an_evaluation_a_stop_skipped_in_the_last_iteration_is_played_by_the_res
     ))
     info = env_info("CartPole-v1")
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
-    learn = trainer.learn
-
-    def learn_then_stop():
-        learn()
-        if trainer.timesteps == (200 if pipeline == "serial" else 190):
-            trainer.request_stop("SIGINT")
-
-    trainer.learn = learn_then_stop
+    stop_in_the_iteration_ending_at(trainer, 200)
     outcome = trainer.train()
     assert outcome.stop is Stop.INTERRUPTED and outcome.timesteps == 200
     rows = []
@@ -200,14 +185,7 @@ def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_t
     ))
     info = env_info("CartPole-v1")
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
-    learn = trainer.learn
-
-    def learn_then_stop():
-        learn()
-        if trainer.timesteps == 200:
-            trainer.request_stop("SIGINT")
-
-    trainer.learn = learn_then_stop
+    stop_in_the_iteration_ending_at(trainer, 200)
     assert trainer.train().stop is Stop.INTERRUPTED
     resumed = build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path))
     evaluation = next(c for c in resumed.callbacks.callbacks if type(c).__name__ == "EvalCallback")

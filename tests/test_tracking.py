@@ -17,7 +17,7 @@ from acer_sync.sweeps.spec import load_sweep
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from helpers import ROOT, one_line_error, read_progress
+from helpers import ROOT, one_line_error, read_progress, stop_in_the_iteration_ending_at
 
 CARTPOLE = ["--env", "CartPole-v1", "--eval-every", "800", "--eval-episodes", "2", "--no-progress"]
 #: An interpreter in which some packages cannot be imported, as where they are not installed.
@@ -184,14 +184,7 @@ def test_tracking_logs_the_final_row_keeps_its_run_through_an_untracked_session_
                                       total_timesteps=400, eval_every=0, log_interval=4, threads=1, track=True))
     info = env_info("CartPole-v1")
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
-    learn = trainer.learn
-
-    def learn_then_stop():
-        learn()
-        if trainer.timesteps == 70:
-            trainer.request_stop("SIGINT")
-
-    trainer.learn = learn_then_stop
+    stop_in_the_iteration_ending_at(trainer, 70)
     assert trainer.train().stop is Stop.INTERRUPTED
     assert [int(row["total_timesteps"]) for row in read_progress(tmp_path)] == [40, 70]
     assert fake.logged == {"run1": [40, 70]}  # the row written at the stop too
@@ -223,14 +216,7 @@ def test_an_evaluation_owed_at_the_total_that_w_and_b_cannot_take_is_said_in_one
                                       track=True))
     info = env_info("CartPole-v1")
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
-    learn = trainer.learn
-
-    def learn_then_stop():
-        learn()
-        if trainer.timesteps == 200:
-            trainer.request_stop("SIGINT")
-
-    trainer.learn = learn_then_stop
+    stop_in_the_iteration_ending_at(trainer, 200)
     assert trainer.train().stop is Stop.INTERRUPTED
     assert fake.logged["run1"][-1] == 200 and "eval_mean" not in fake.rows["run1"][-1]
     with caplog.at_level("WARNING"):
