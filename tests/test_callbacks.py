@@ -85,7 +85,7 @@ class Boom(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("how", ["callback", "on_progress"])
+@pytest.mark.parametrize("how", ["callback", "on_progress", "on_checkpoint"])
 def test_an_exception_in_a_users_callback_saves_a_checkpoint_then_propagates(tmp_path, how):
     run_dir = tmp_path / "run"
 
@@ -94,14 +94,17 @@ def test_an_exception_in_a_users_callback_saves_a_checkpoint_then_propagates(tmp
             if trainer.iterations == 5:
                 raise Boom("the user's bug")
 
-    def explodes(row):
+    def explodes(_):
         raise Boom("the user's bug")
 
-    hooks = dict(callbacks=[Explodes()]) if how == "callback" else dict(on_progress=explodes)
+    hooks = {"callback": dict(callbacks=[Explodes()]), "on_progress": dict(on_progress=explodes),
+             "on_checkpoint": dict(on_checkpoint=explodes, checkpoint_every=60)}[how]
     with pytest.raises(Boom, match="the user's bug"):
-        acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=10_000, **hooks, **SMALL)
+        acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=10_000, **{**SMALL, **hooks})
     saved = load_checkpoint(run_dir)["counters"]["timesteps"]
-    assert saved == (50 if how == "callback" else 40)  # the first row is due after 4 iterations
+    # the first row is due after 4 iterations; the first checkpoint at step 60, after 6
+    assert saved == {"callback": 50, "on_progress": 40, "on_checkpoint": 60}[how]
+    assert int(read_progress(run_dir)[-1]["total_timesteps"]) == saved  # the run's end was written
     assert acer_sync.train(resume=run_dir, total_timesteps=saved + 20, progress_bar=False) == run_dir
 
 

@@ -587,3 +587,17 @@ def test_a_trial_that_died_before_its_first_checkpoint_starts_afresh(tmp_path):
     discard_unsaved_start(run_dir)
     assert list(run_dir.iterdir()) == []
     prepare_run_dir(run_dir)  # the restarted trial's run starts there
+
+
+def test_a_trial_whose_latest_checkpoint_was_lost_fails_keeping_its_step_copies(tmp_path):
+    """Not a start that died before its first checkpoint: train.py --resume refuses it the same way."""
+    from acer_sync.sweeps.trial import TrialFailed, start_run
+
+    run_dir = tmp_path / "trial"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_0000000200.pt").write_bytes(b"a checkpoint")
+    (run_dir / "progress.csv").write_text("total_timesteps\n200\n")
+    trial = {"config": dataclasses.asdict(build_config(False, {"env": "CartPole-v1"})), "run_dir": str(run_dir)}
+    with pytest.raises(TrialFailed, match=r"holds no latest.pt; step_0000000200.pt beside it holds step 200: copy it"):
+        start_run(trial)
+    assert (run_dir / "checkpoints" / "step_0000000200.pt").exists() and (run_dir / "progress.csv").exists()

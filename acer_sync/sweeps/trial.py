@@ -42,7 +42,7 @@ from acer_sync.api.run_metadata import CONFIG_FILE
 from acer_sync.base.config import RESUMABLE_CHANGES, Config
 from acer_sync.base.errors import EXIT_CODES
 from acer_sync.base.outcome import Stop
-from acer_sync.training.checkpoint import has_checkpoint
+from acer_sync.training.checkpoint import LATEST, copy_hint, has_checkpoint, latest_checkpoint
 from acer_sync.training.trainer import Trainer
 
 #: The start of each line a trial prints for sweep.py's terminal; the trial's name and "] " follow.
@@ -170,6 +170,9 @@ def start_run(trial: dict) -> tuple[Config, Path]:
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     if not has_checkpoint(run_dir):
+        hint = copy_hint(latest_checkpoint(run_dir))
+        if hint:  # its checkpoint was lost, not never written: starting afresh would delete the step copies
+            raise TrialFailed(f"{run_dir} holds no {LATEST}{hint}")
         discard_unsaved_start(run_dir)
     return config, run_dir
 

@@ -253,7 +253,10 @@ class CheckpointCallback(Callback):
             return
         if outcome.stop is Stop.INTERRUPTED:
             log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
-        self.save(trainer, periodic=False)
+        try:
+            self.save(trainer, periodic=False)
+        except CallbackFailed as failure:  # raised as it is, after the other callbacks' ends, as theirs
+            raise failure.error from None
 
     def save(self, trainer, periodic: bool) -> None:
         """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if
@@ -269,7 +272,10 @@ class CheckpointCallback(Callback):
         if self.config.save_buffer:
             save_buffer(self.directory, trainer.buffer, trainer.timesteps)
         if self.on_checkpoint is not None:
-            self.on_checkpoint(self.directory / LATEST)
+            try:
+                self.on_checkpoint(self.directory / LATEST)
+            except Exception as error:  # the user's code: the run ends as after a user callback's error
+                raise CallbackFailed(error) from error
 
     def save_best(self, trainer) -> None:
         save_checkpoint(self.directory / BEST, trainer_payload(trainer))
