@@ -599,5 +599,18 @@ def test_a_trial_whose_latest_checkpoint_was_lost_fails_keeping_its_step_copies(
     (run_dir / "progress.csv").write_text("total_timesteps\n200\n")
     trial = {"config": dataclasses.asdict(build_config(False, {"env": "CartPole-v1"})), "run_dir": str(run_dir)}
     with pytest.raises(TrialFailed, match=r"holds no latest.pt; step_0000000200.pt beside it holds step 200: copy it"):
-        start_run(trial)
+        start_run(trial, [])
     assert (run_dir / "checkpoints" / "step_0000000200.pt").exists() and (run_dir / "progress.csv").exists()
+
+
+def test_a_trial_that_reserved_no_gpu_runs_auto_on_the_cpu(tmp_path):
+    # Ray shows every GPU to a task that reserved none: device auto must not take one.
+    from acer_sync.sweeps.trial import start_run
+
+    def trial(device):
+        config = dataclasses.asdict(build_config(False, {"env": "CartPole-v1", "device": device}))
+        return {"config": config, "run_dir": str(tmp_path / device)}
+
+    assert start_run(trial("auto"), [])[0].device == "cpu"
+    assert start_run(trial("auto"), ["0"])[0].device == "auto"  # a share of GPU 0 (gpus: 0.25)
+    assert start_run(trial("cpu"), ["0"])[0].device == "cpu"

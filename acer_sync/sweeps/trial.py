@@ -162,11 +162,20 @@ class TuneReporter:
         return self.trainer is not None and self.trainer.stop_requested()
 
 
-def start_run(trial: dict) -> tuple[Config, Path]:
-    """The trial's Config and run directory, made ready: what a start that died before its first
-    checkpoint left is removed, so that the trial starts again from step 0 (and :func:`run_trial`'s
-    ``api.run`` writes its ``config.json`` with sweep.py's git commit)."""
-    config = Config(**trial["config"])
+def on_reserved_devices(config: Config, gpu_ids: list) -> Config:
+    """``config`` on the devices the trial reserved (``gpu_ids``, Ray's ``get_gpu_ids()``): where
+    it reserved no GPU, ``device: auto`` is the CPU. Ray (2.60) no longer hides the GPUs from a
+    task that asked for none, so ``auto`` would take one that other trials reserved."""
+    if config.device == "auto" and not gpu_ids:
+        return dataclasses.replace(config, device="cpu")
+    return config
+
+
+def start_run(trial: dict, gpu_ids: list) -> tuple[Config, Path]:
+    """The trial's Config (:func:`on_reserved_devices`) and run directory, made ready: what a start
+    that died before its first checkpoint left is removed, so that the trial starts again from step
+    0 (and :func:`run_trial`'s ``api.run`` writes its ``config.json`` with sweep.py's git commit)."""
+    config = on_reserved_devices(Config(**trial["config"]), gpu_ids)
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     if not has_checkpoint(run_dir):
@@ -184,7 +193,7 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
     sys.stdout = PrefixedLines(sys.__stdout__, f"{LINE_PREFIX}{trial['name']}] ")
     node_id = ray.get_runtime_context().get_node_id()
     print(f"running in process {os.getpid()} on node {ray.util.get_node_ip_address()} (node id {node_id[:12]})", flush=True)
-    config, run_dir = start_run(trial)
+    config, run_dir = start_run(trial, ray.get_gpu_ids())
     reporter = TuneReporter()
     stop_request = ray.get_actor(driver.stop_request)
 
