@@ -324,6 +324,7 @@ def test_sweep_file_expands_env_seed_and_grid_axes_into_named_trials(tmp_path):
         (BASE + "trial: {cpus: 0}\n", "trial.cpus must be a whole number >= 1"),
         (BASE + "trial: {cpus: 2000}\n", "trial.cpus must be <= 1024, got 2000"),
         (BASE + "trial: {gpus: 1.5}\n", "trial.gpus must be a fraction in [0, 1] or a whole number"),
+        (BASE + "settings: {compile: graph}\n", "--compile graph runs the update as a CUDA graph, and this run's device is cpu"),
         (BASE + "trial: {memory: 3}\n", "unknown key trial.memory"),
         ("name: s\nenvs: [CartPol-v1]\nseeds: [0]\n", "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
         ("name: s\nenvs: [CartPole-v1]\nseeds: [0, 0]\n", "seeds lists 0 twice"),
@@ -338,6 +339,12 @@ def test_sweep_file_mistakes_are_one_line_user_errors(tmp_path, text, message):
     with pytest.raises(UserError) as error:
         load_sweep(write(tmp_path, text))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_sweep_is_checked_on_the_devices_its_trials_reserve_not_on_this_machines(tmp_path):
+    # A Ray head without a GPU loads a sweep whose trials run on GPU shares of other nodes.
+    text = BASE + "settings: {compile: graph, replay_device: cuda}\ntrial: {cpus: 1, gpus: 0.5}\n"
+    assert {trial.config.compile for trial in load_sweep(write(tmp_path, text)).trials} == {"graph"}
 
 
 def test_shipped_sweep_files_load():

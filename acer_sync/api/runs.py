@@ -236,22 +236,25 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         lock.release()
 
 
-def check_config(config: Config, info: EnvInfo) -> None:
+def check_config(config: Config, info: EnvInfo, device_type: str | None = None) -> None:
     """The one check of a run's settings on its env, for the flags, config files, sweep files and
     the API: every problem ``acer_sync.base.config.validate`` finds, observation normalization on
-    Atari frames, and a network that does not fit the observations, as a one-line UserError."""
+    Atari frames, and a network that does not fit the observations, as a one-line UserError.
+    ``device_type`` is the type of the device it trains on, where not this machine's
+    ``config.device`` (a sweep's trial, on a node of the GPUs it reserved)."""
     problems = validate(config)
     if problems:
         raise UserError("; ".join(problems))
     if info.arch != "mlp" and config.normalize_obs:
         raise UserError("--normalize-obs is for vector observations; image frames are scaled by 1/255 instead")
     network_arch(info, config)
-    if config.replay_device == "cuda" and select_device(config.device).type != "cuda":
+    device_type = device_type or select_device(config.device).type
+    if config.replay_device == "cuda" and device_type != "cuda":
         raise UserError(f"--replay-device cuda keeps the replay buffer on the GPU the run trains on, and this run's "
-                        f"device is {select_device(config.device).type}")
-    if config.compile == "graph" and select_device(config.device).type != "cuda":
+                        f"device is {device_type}")
+    if config.compile == "graph" and device_type != "cuda":
         raise UserError(f"--compile graph runs the update as a CUDA graph, and this run's device is "
-                        f"{select_device(config.device).type} (--compile update compiles it without the graph)")
+                        f"{device_type} (--compile update compiles it without the graph)")
     if config.torso:
         build_model(info, config)  # imports the torso class and checks its contract, in one line each
     if config.track:

@@ -174,8 +174,11 @@ def load_sweep(path: Path) -> Sweep:
             info.atari, {**settings, "env": env, "seed": seed, "threads": cpus}, continuous=info.continuous,
             env_settings=env_settings,
         )
+        # The trial trains on the GPU share it reserves, not on this machine's (a Ray head may have
+        # none), and with no share on the CPU (acer_sync.sweeps.trial.on_reserved_devices).
+        device_type = "cpu" if config.device == "cpu" or gpus == 0 else "cuda"
         try:
-            check_config(config, info)
+            check_config(config, info, device_type)
         except UserError as error:
             raise UserError(f"{source}: trial {trial_name}: {error}") from None
         trials.append(Trial(trial_name, config))
