@@ -610,6 +610,31 @@ def test_a_trial_whose_latest_checkpoint_was_lost_fails_keeping_its_step_copies(
     assert (run_dir / "checkpoints" / "step_0000000200.pt").exists() and (run_dir / "progress.csv").exists()
 
 
+def test_a_trial_does_not_clear_a_run_directory_another_process_trains(tmp_path):
+    """A second sweep.py of the sweep, or Tune restarting a trial whose old process still runs."""
+    from acer_sync.base.run_lock import RunLock
+    from acer_sync.sweeps.trial import TrialFailed, start_run
+
+    run_dir = tmp_path / "trial"
+    run_dir.mkdir()
+    (run_dir / "progress.csv").write_text("total_timesteps\n200\n")
+    trial = {"config": dataclasses.asdict(build_config(False, {"env": "CartPole-v1"})), "run_dir": str(run_dir)}
+    held = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from acer_sync.base.run_lock import RunLock
+RunLock.acquire({str(run_dir)!r}); print("locked", flush=True); time.sleep(60)"""], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline().strip() == "locked"
+        with pytest.raises(TrialFailed, match=r"is in use by process \d+ on "):
+            start_run(trial, [])
+        assert (run_dir / "progress.csv").exists()
+    finally:
+        held.kill()
+        held.wait()
+    start_run(trial, [])  # the holder is gone: the unsaved start is cleared
+    assert not (run_dir / "progress.csv").exists() and RunLock.holder(run_dir) is None
+
+
 def test_a_trial_that_reserved_no_gpu_runs_auto_on_the_cpu(tmp_path):
     # Ray shows every GPU to a task that reserved none: device auto must not take one.
     from acer_sync.sweeps.trial import start_run

@@ -40,8 +40,9 @@ from ray import tune
 from acer_sync.api import runs as api
 from acer_sync.api.run_metadata import CONFIG_FILE
 from acer_sync.base.config import RESUMABLE_CHANGES, Config
-from acer_sync.base.errors import EXIT_CODES
+from acer_sync.base.errors import EXIT_CODES, UserError
 from acer_sync.base.outcome import Stop
+from acer_sync.base.run_lock import RunLock
 from acer_sync.training.checkpoint import LATEST, copy_hint, has_checkpoint, latest_checkpoint
 from acer_sync.training.trainer import Trainer
 
@@ -182,7 +183,14 @@ def start_run(trial: dict, gpu_ids: list) -> tuple[Config, Path]:
         hint = copy_hint(latest_checkpoint(run_dir))
         if hint:  # its checkpoint was lost, not never written: starting afresh would delete the step copies
             raise TrialFailed(f"{run_dir} holds no {LATEST}{hint}")
-        discard_unsaved_start(run_dir)
+        try:  # not while another process trains it (a second sweep.py, or the trial's old process)
+            lock = RunLock.acquire(run_dir)
+        except UserError as error:
+            raise TrialFailed(str(error)) from None
+        try:
+            discard_unsaved_start(run_dir)
+        finally:
+            lock.release()
     return config, run_dir
 
 
