@@ -224,3 +224,16 @@ def test_an_evaluation_owed_at_the_total_that_w_and_b_cannot_take_is_said_in_one
     last = read_progress(tmp_path)[-1]
     assert int(last["total_timesteps"]) == 200 and int(last["eval_episodes"]) == 2
     assert "W&B run run1 has a row at step 200 already and keeps it" in caplog.text
+
+
+def test_a_video_that_cannot_be_opened_stops_the_run_as_a_failed_write(tmp_path):
+    # Not an exit 2 that skipped the run's end: one line naming the file, exit 5, the last checkpoint kept.
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=200, eval_every=100, eval_episodes=1, checkpoint_every=50,
+                                      log_interval=1, threads=1, capture_video=True))
+    # where opencv would write the step-100 video, a folder: it cannot open an mp4 there
+    (tmp_path / "videos" / f".step_0000000100.mp4.{os.getpid()}.tmp.mp4").mkdir(parents=True)
+    outcome = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train()
+    assert outcome.stop is Stop.WRITE_FAILED and outcome.timesteps == 100
+    assert "step_0000000100.mp4: opencv cannot open an mp4 there" in outcome.error
+    assert outcome.error.endswith("checkpoints/latest.pt holds step 50")

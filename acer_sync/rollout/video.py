@@ -6,6 +6,7 @@ a stopped run leaves no broken mp4 under the name (and whatever was there before
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -114,8 +115,9 @@ class VideoRecorder:
             os.environ["OPENCV_FFMPEG_LOGLEVEL"] = "-8"
             height, width = frame.shape[:2]
             self.writer = cv2.VideoWriter(str(self.part), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
-            if not self.writer.isOpened():
-                raise UserError(f"opencv cannot write an mp4 to {self.path}")
+            if not self.writer.isOpened():  # a folder that refuses it, a full or read-only disk
+                free = shutil.disk_usage(self.part.parent).free if self.part.parent.is_dir() else 0
+                raise WriteFailed(self.path, f"opencv cannot open an mp4 there ({free / 1e6:.1f} MB free on its disk)")
         self.writer.write(frame[..., ::-1].copy())  # RGB to BGR
         self.frames += 1
 
@@ -136,8 +138,10 @@ class VideoRecorder:
         return self.path
 
     def discard(self) -> None:
+        """Drop the partial file; one that cannot be removed stays (its error would hide the one being reported)."""
         self._release()
-        self.part.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.part.unlink(missing_ok=True)
 
     def _release(self) -> None:
         if self.writer is not None:
