@@ -531,6 +531,18 @@ def test_a_damaged_progress_header_is_refused_never_filled_with_nan(run_copy):
     refused_resume(run_copy, r"progress.csv has a damaged header")
 
 
+def test_a_progress_file_cut_inside_its_header_is_written_again_whole_on_resume(run_copy):
+    # A kill as the run wrote its header: no row to keep. Appending to it ran the rows into the
+    # cut header ("...,time_520,13,62,nan"), with its columns.
+    path = run_copy / "progress.csv"
+    header = path.read_text().splitlines()[0]
+    path.write_text(header[:40])
+    acer_sync.train(resume=run_copy, total_timesteps=960, verbose=0)
+    lines = path.read_text().splitlines()
+    assert lines[0] == header and len(lines) > 1
+    assert all(len(line.split(",")) == len(header.split(",")) for line in lines)
+
+
 def test_the_cli_refuses_a_foreign_checkpoint_with_exit_2_and_changes_nothing(run_copy):
     edit_checkpoint(run_copy, lambda payload: payload["config"].update(seed=7))
     before = snapshot(run_copy)

@@ -43,11 +43,13 @@ class Logger:
         self.columns: list[str] | None = None
         if self.csv_path.exists() and self.csv_path.stat().st_size > 0:
             self.columns = check_progress(self.csv_path)
-            if resume_step is not None:
-                try:
+            try:
+                if self.columns is None:  # a header cut short, and no row: the first row writes it again
+                    atomic_write_text(self.csv_path, "")
+                elif resume_step is not None:
                     drop_rows_after(self.csv_path, resume_step)
-                except OSError as error:
-                    raise WriteFailed(self.csv_path, error) from None
+            except OSError as error:
+                raise WriteFailed(self.csv_path, error) from None
         try:
             self.csv_file = open(self.csv_path, "a", newline="")
         except OSError as error:
@@ -85,14 +87,18 @@ class Logger:
                 pass
 
 
-def check_progress(csv_path: Path) -> list[str]:
+def check_progress(csv_path: Path) -> list[str] | None:
     """The columns of ``progress.csv``; a UserError where its header is damaged: not starting with
-    ``total_timesteps``, or with another number of columns than its complete rows; or not text."""
+    ``total_timesteps``, or with another number of columns than its complete rows; or not text.
+    None where it holds a header cut short and nothing else (a kill as the run wrote it): nothing
+    to keep, and the next row writes the header whole."""
     try:
         with open(csv_path, newline="") as handle:
             lines = handle.read().splitlines(keepends=True)
     except UnicodeDecodeError:
         raise UserError(f"{csv_path} is not a text file: restore it, or move the file away") from None
+    if len(lines) == 1 and not lines[0].endswith("\n"):
+        return None
     header = next(csv.reader(lines[:1]), [])
     widths = {len(next(csv.reader([line]), [])) for line in lines[1:] if line.endswith("\n")}
     if header[:1] != ["total_timesteps"] or len(widths) > 1 or (widths and widths != {len(header)}):
