@@ -82,6 +82,24 @@ def test_periodic_checkpoints_are_pruned_to_keep_checkpoints(tmp_path):
     assert names == ["latest.pt", "step_0000000360.pt", "step_0000000400.pt"]
 
 
+def test_an_old_checkpoint_that_cannot_be_removed_stays_with_a_warning(tmp_path, monkeypatch, caplog):
+    # An immutable file, a read-only mount of old copies: the run goes on (it printed a traceback).
+    unlink = Path.unlink
+
+    def refuses_step_40(path, missing_ok=False):
+        if path.name == "step_0000000040.pt":
+            raise PermissionError(1, "Operation not permitted")
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refuses_step_40)
+    config = cartpole_config(total_timesteps=160, checkpoint_every=40, keep_checkpoints=1)
+    with caplog.at_level(logging.WARNING):
+        assert build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False).train().finished
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["latest.pt", "step_0000000040.pt", "step_0000000160.pt"]
+    assert "step_0000000040.pt (--keep-checkpoints 1): Operation not permitted; it stays" in caplog.text
+
+
 @pytest.mark.parametrize("network", ["mlp", "lstm"])
 def test_saved_buffer_is_replayed_after_resume(tmp_path, caplog, network):
     caplog.set_level(logging.INFO, logger="acer_sync")  # the library logs what it says

@@ -562,6 +562,28 @@ def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_n
         check_same_sweep(sweep, sweep_dir)
 
 
+def test_a_sweep_record_the_disk_refuses_leaves_no_half_file(tmp_path, monkeypatch):
+    # A full disk after part of it was written: a half sweep.json made every later run of the
+    # sweep an error ("cannot read it: restore it"), with nothing to restore.
+    import errno
+
+    from acer_sync.sweeps.launch import RECORD_FILE, check_same_sweep
+
+    sweep = load_sweep(write(tmp_path, BASE))
+    fsync = os.fsync
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(UserError, match=r"cannot write the sweep's directory .*: No space left on device"):
+        check_same_sweep(sweep, tmp_path / "sweep")
+    assert list((tmp_path / "sweep").iterdir()) == []
+    monkeypatch.setattr(os, "fsync", fsync)
+    check_same_sweep(sweep, tmp_path / "sweep")  # the disk has room again: the sweep starts
+    assert json.loads((tmp_path / "sweep" / RECORD_FILE).read_text())["name"] == "s"
+
+
 def test_a_trial_larger_than_this_machine_is_refused_before_ray_starts(tmp_path):
     """Tune would keep such a trial pending for ever, without a word."""
     path = write(tmp_path, BASE + "trial: {cpus: 1000}\n")

@@ -39,6 +39,7 @@ from acer_sync.base.config import setting_defaults
 from acer_sync.base.errors import UserError, delivered_again
 from acer_sync.sweeps.spec import Sweep, sweep_record
 from acer_sync.sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
+from acer_sync.training.checkpoint import atomic_write
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TUNE_DIR = "tune"
@@ -281,7 +282,8 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
     else:
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            record_path.write_text(json.dumps(record, indent=2))
+            text = json.dumps(record, indent=2)
+            atomic_write(record_path, lambda handle: handle.write(text.encode()))  # never half a record (a full disk)
         except OSError as error:
             raise UserError(f"cannot write the sweep's directory {sweep_dir}: {error.strerror or error}") from None
 

@@ -268,7 +268,11 @@ class CheckpointCallback(Callback):
             save_checkpoint(self.directory / f"step_{trainer.timesteps:010d}.pt", payload)
             periodic_files = sorted(self.directory.glob("step_*.pt"))
             for old in periodic_files[: max(0, len(periodic_files) - self.config.keep_checkpoints)]:
-                old.unlink()
+                try:
+                    old.unlink(missing_ok=True)  # the user may have removed it, to free the disk
+                except OSError as error:  # a file the run may not remove: it stays, and the run goes on
+                    log.warning(f"cannot remove {old} (--keep-checkpoints {self.config.keep_checkpoints}): "
+                                f"{error.strerror or error}; it stays")
         if self.config.save_buffer:
             save_buffer(self.directory, trainer.buffer, trainer.timesteps)
         if self.on_checkpoint is not None:
