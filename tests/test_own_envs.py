@@ -1,5 +1,5 @@
 """Users' own envs: ``--env module:EnvId``, ``--env-kwargs``, observation spaces beyond a flat Box,
-and the tuned settings of ``configs/envs/``.
+and the tuned settings of ``acer_sync/data/envs/``.
 
 The envs live in a module this file writes (:data:`ENV_MODULE`), as a user's would: importing it
 registers them, and nothing else does.
@@ -408,7 +408,7 @@ def test_the_preset_follows_the_env_as_its_kwargs_make_it(module_dir, tmp_path):
                                       continuous=True)
 
 
-# --- tuned settings per env (configs/envs/) ------------------------------------------------------
+# --- tuned settings per env (acer_sync/data/envs/) ------------------------------------------------------
 
 
 def test_env_file_goes_between_the_preset_and_the_users_settings(tmp_path):
@@ -452,7 +452,7 @@ def test_train_applies_the_env_file_under_config_and_flags_and_says_so(tmp_path)
     assert config["lr"] == 0.001 and config["buffer_size"] == 2500  # the file's
     assert config["delta"] == build_config(False, {}, continuous=True).delta  # the preset where none speaks
     lines = [line for line in result.stdout.splitlines() if line.startswith("tuned settings")]
-    assert lines == ["tuned settings for Pendulum-v1 from configs/envs/Pendulum-v1.yaml: vec_env=sync, "
+    assert lines == ["tuned settings for Pendulum-v1 from acer_sync/data/envs/Pendulum-v1.yaml: vec_env=sync, "
                      "buffer_size=2500, lr=0.001 (overridden by your settings: gamma, total_timesteps)"], result.stdout
 
 
@@ -466,7 +466,7 @@ def test_sweeps_apply_the_env_file_under_their_settings(tmp_path):
 
 
 def shipped_env_files() -> list[Path]:
-    return sorted((ROOT / "configs" / "envs").glob("*.yaml"))
+    return sorted((ROOT / "acer_sync" / "data" / "envs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", shipped_env_files(), ids=lambda path: path.stem)

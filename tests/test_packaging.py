@@ -40,3 +40,5 @@ def test_the_repos_packages_are_installed_and_import_no_top_level_script():
     assert imported & root_modules == set()
     data = [path for pattern in setuptools["package-data"]["acer_sync"] for path in (ROOT / "acer_sync").glob(pattern)]
     assert (ROOT / "acer_sync" / "data" / "atari_scores.json") in data
+    # the tuned settings per env, which an installed acer_sync applies as a clone does
+    assert set((ROOT / "acer_sync" / "data" / "envs").glob("*.yaml")) <= set(data) and len(data) > 5

@@ -369,7 +369,7 @@ def test_shipped_preset_files_hold_the_presets():
 
 
 def test_sweep_trials_take_the_preset_of_their_env_kind(tmp_path):
-    """Then the env's tuned settings (configs/envs/Pendulum-v1.yaml), as train.py applies them."""
+    """Then the env's tuned settings (acer_sync/data/envs/Pendulum-v1.yaml), as train.py applies them."""
     sweep = load_sweep(write(tmp_path, "name: s\nenvs: [CartPole-v1, Pendulum-v1]\nseeds: [0]\n"))
     cartpole, pendulum = (trial.config for trial in sweep.trials)
     assert cartpole == build_config(False, dict(env="CartPole-v1", seed=0, threads=1))
@@ -560,6 +560,17 @@ def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_n
     (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
     with pytest.raises(UserError, match=r"run from a different file \(its trials differ: lr\)"):
         check_same_sweep(sweep, sweep_dir)
+
+
+def test_a_cluster_gets_the_clone_or_an_installed_acer_syncs_two_packages(tmp_path, monkeypatch):
+    from acer_sync.sweeps import launch
+
+    shipped = launch.code_to_ship(ROOT / "runs")
+    assert shipped["working_dir"] == str(ROOT) and "/runs/" in shipped["excludes"]
+    site_packages = tmp_path / "site-packages"  # pip install .: the package's parent holds every other package
+    monkeypatch.setattr(launch, "REPO_ROOT", site_packages)
+    assert launch.code_to_ship(tmp_path / "runs") == {
+        "py_modules": [str(site_packages / "acer_sync"), str(site_packages / "atari")]}
 
 
 def test_a_sweep_record_the_disk_refuses_leaves_no_half_file(tmp_path, monkeypatch):

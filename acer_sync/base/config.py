@@ -243,7 +243,7 @@ def setting_name(name: str) -> str:
 
 def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:
     """The preset for this kind of env (with :data:`RECURRENT_CLASSIC` on the classic one where the
-    network has memory), then the env's own tuned settings (``configs/envs/``), then the user's
+    network has memory), then the env's own tuned settings (``acer_sync/data/envs/``), then the user's
     ``overrides`` (non-None values) on top."""
     name = preset_name(atari, continuous)
     env_values = {setting_name(k): v for k, v in (env_settings or {}).items()}

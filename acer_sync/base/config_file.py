@@ -1,7 +1,7 @@
 """Config files: a YAML mapping of Config settings, by their field names.
 
 ``train.py --config FILE.yaml`` reads one, and a sweep's ``settings`` use the same keys and the
-same checks (:func:`check_setting`). ``configs/envs/<EnvId>.yaml`` holds an env's tuned settings,
+same checks (:func:`check_setting`). ``acer_sync/data/envs/<EnvId>.yaml`` holds an env's tuned settings,
 applied automatically (:func:`load_env_settings`). Precedence: preset < env file < ``--config``
 < flags. Every mistake is a one-line :class:`UserError` naming the file and the key.
 """
@@ -17,8 +17,9 @@ import yaml
 from acer_sync.base.config import LEGACY_VALUES, fields, setting_name
 from acer_sync.base.errors import UserError
 
-#: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters.
-ENV_SETTINGS_DIR = Path(__file__).resolve().parents[2] / "configs" / "envs"
+#: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters; package
+#: data, so that an installed acer_sync (``pip install .``) applies them as a clone does.
+ENV_SETTINGS_DIR = Path(__file__).resolve().parents[1] / "data" / "envs"
 
 class SettingsLoader(yaml.SafeLoader):
     """YAML's safe loader with two fixes for settings files and ``--env-kwargs`` values: ``1e-3``
@@ -143,8 +144,8 @@ def load_config_file(path: Path) -> dict:
 
 
 def env_settings_file(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> Path:
-    """Where the tuned settings of ``env_id`` live: ``configs/envs/<EnvId>.yaml``, the id without
-    its ``module:`` part (``ALE/Pong-v5`` is ``configs/envs/ALE/Pong-v5.yaml``)."""
+    """Where the tuned settings of ``env_id`` live: ``acer_sync/data/envs/<EnvId>.yaml``, the id without
+    its ``module:`` part (``ALE/Pong-v5`` is ``acer_sync/data/envs/ALE/Pong-v5.yaml``)."""
     return directory / f"{env_id.rpartition(':')[2]}.yaml"
 
 

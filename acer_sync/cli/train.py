@@ -29,7 +29,7 @@ def build_parser(prog: str = "train.py") -> OneLineParser:
         description="Train ACER (Wang et al. 2017) on a gymnasium env, or on your own with --env "
         "module:EnvId. Atari ids get Baselines' defaults; other envs (CartPole-v1, Acrobot-v1, "
         "LunarLander-v3 with pip install \"gymnasium[box2d]\", ...) get the classic-control preset. "
-        "configs/envs/<EnvId>.yaml overrides the preset, --config FILE.yaml overrides both, and every "
+        "acer_sync/data/envs/<EnvId>.yaml overrides the preset, --config FILE.yaml overrides both, and every "
         "flag overrides all three. Example: %(prog)s --env CartPole-v1",
     )
     groups = add_config_flags(parser)

@@ -165,6 +165,15 @@ def code_excludes(runs_dir: Path) -> list[str]:
     return list(CODE_EXCLUDES) if inside == Path(".") else [*CODE_EXCLUDES, f"/{inside.as_posix()}/"]
 
 
+def code_to_ship(runs_dir: Path) -> dict:
+    """Ray's ``runtime_env`` for the code the trials run: from a clone, the clone (``working_dir``,
+    without :func:`code_excludes`); from an installed acer_sync (``pip install .``), where the
+    folder above the package is site-packages, its two packages alone (``py_modules``)."""
+    if (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "sweep.py").is_file():
+        return {"working_dir": str(REPO_ROOT), "excludes": code_excludes(runs_dir)}
+    return {"py_modules": [str(REPO_ROOT / "acer_sync"), str(REPO_ROOT / "atari")]}
+
+
 def start_ray(address: str | None, runs_dir: Path) -> None:
     """Join the Ray cluster at ``address``, or start a local Ray with this machine's cores.
 
@@ -175,7 +184,7 @@ def start_ray(address: str | None, runs_dir: Path) -> None:
     if address is None:
         ray.init(num_cpus=os.cpu_count(), **options)
     else:
-        runtime_env = {"working_dir": str(REPO_ROOT), "excludes": code_excludes(runs_dir)}
+        runtime_env = code_to_ship(runs_dir)
         print(f"joining the Ray cluster at {address}", flush=True)
         failure = None
         with native_stderr_captured() as native_log:

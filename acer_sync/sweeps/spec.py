@@ -12,7 +12,7 @@
     failures: 3                # restarts of a trial whose process dies (optional)
 
 Trials are every env x seed x grid point. Each trial's Config is its env's preset, then its env's
-tuned settings (``configs/envs/<EnvId>.yaml``), then the settings on top (as ``train.py
+tuned settings (``acer_sync/data/envs/<EnvId>.yaml``), then the settings on top (as ``train.py
 --config``), its ``threads`` set to the trial's CPUs, and it is checked as ``train.py`` checks its
 flags (:func:`acer_sync.api.runs.check_config`), before Ray starts. ``envs`` take ``module:EnvId`` ids,
 and ``settings.env_kwargs`` a mapping. Every mistake is a one-line :class:`UserError`.
