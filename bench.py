@@ -103,7 +103,7 @@ COLLECT_PHASES = ("env", "observe", "acting")
 def parse_args(argv: list[str]):
     parser = OneLineParser(prog="bench.py", description="Benchmark the ACER training loop (see the module docstring).")
     parser.add_argument("--env", default="PongNoFrameskip-v4", help="env id (default: PongNoFrameskip-v4)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="total measuring time, split in four (default: 60)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="total measuring time, split over its five measurements (default: 60)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="network device (default: auto)")
     parser.add_argument("--num-envs", type=int, default=None, help="number of envs (default: the env's preset, 16 on Atari)")
     parser.add_argument("--replay-ratio", type=float, default=None, help="off-policy updates per on-policy one (default: preset, 4)")
