@@ -541,6 +541,8 @@ def test_a_progress_file_cut_inside_its_header_is_written_again_whole_on_resume(
     lines = path.read_text().splitlines()
     assert lines[0] == header and len(lines) > 1
     assert all(len(line.split(",")) == len(header.split(",")) for line in lines)
+    path.write_text("my notes, not a header")  # one line, but not a cut header: refused, kept
+    refused_resume(run_copy, r"progress.csv has a damaged header")
 
 
 def test_the_cli_refuses_a_foreign_checkpoint_with_exit_2_and_changes_nothing(run_copy):

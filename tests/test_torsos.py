@@ -19,7 +19,7 @@ from acer_sync.nets.networks import network_from_spec
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
-from helpers import ROOT, one_line_error
+from helpers import ROOT, one_line_error, requires_cuda
 
 SMALL = dict(num_envs=2, vec_env="sync", device="cpu", eval_every=0, log_interval=1, threads=1, verbose=0)
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
@@ -113,16 +113,21 @@ def test_net_arch_and_activation_shape_the_vector_mlps(tmp_path):
     assert isinstance(model.head.pi_mlp.body[2], torch.nn.ReLU) and model.head.q_mlp.body[3].out_features == 8
 
 
-@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
-def test_a_torso_acts_and_evaluates_in_evaluation_mode_and_learns_in_training_mode(tmp_path, pipeline):
+@pytest.mark.parametrize("pipeline, device, compile_mode", [
+    ("serial", "cpu", "off"), ("overlap", "cpu", "off"),
+    # acting's CUDA graph replays what its capture recorded: the capture must run in evaluation mode
+    pytest.param("serial", "cuda", "graph", marks=requires_cuda), pytest.param("overlap", "cuda", "graph", marks=requires_cuda),
+])
+def test_a_torso_acts_and_evaluates_in_evaluation_mode_and_learns_in_training_mode(tmp_path, pipeline, device,
+                                                                                   compile_mode):
     # As SB3 collects rollouts: Dropout off and BatchNorm on its running statistics while acting,
     # so one env acts alone (a BatchNorm in training mode refused a batch of one) and the greedy
     # evaluation is the policy's; the updates train both, and their running statistics reach the
     # network that acts.
     user_torsos.NormedTorso.MODES.clear()
-    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:NormedTorso", vec_env="sync", device="cpu",
+    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:NormedTorso", vec_env="sync", device=device,
                                       num_envs=1, nsteps=5, total_timesteps=100, eval_every=50, eval_episodes=1,
-                                      eval_greedy=True, log_interval=1, threads=1, pipeline=pipeline))
+                                      eval_greedy=True, log_interval=1, threads=1, pipeline=pipeline, compile=compile_mode))
     trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
     assert trainer.train().finished
     modes = set(user_torsos.NormedTorso.MODES)

@@ -28,10 +28,11 @@ mark a capture), so it is a :class:`~atari.errors.UserError` that names ``--comp
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
+from acer_sync.nets.torsos import evaluation_mode
 from atari import parts
 from atari.errors import UserError
 
@@ -56,8 +57,10 @@ class ActingGraph:
     eagerly on the static tensors.
     """
 
-    def __init__(self, step, generator: torch.Generator | None = None, restore: tuple[torch.Tensor, ...] = ()):
+    def __init__(self, step, generator: torch.Generator | None = None, restore: tuple[torch.Tensor, ...] = (),
+                 module: torch.nn.Module | None = None):
         self._step = step
+        self.module = module  # the network ``step`` runs: recorded in evaluation mode, as it acts
         self.generator = generator
         self.restore = restore
         self._capture_pending = True
@@ -148,7 +151,8 @@ class ActingGraph:
         self._capture_pending = False
         if not self.first.is_cuda:
             return
-        with torch.inference_mode(False), torch.no_grad():
+        acting = evaluation_mode(self.module) if self.module is not None else nullcontext()
+        with torch.inference_mode(False), torch.no_grad(), acting:
             try:
                 self._warm_up()
             except Exception as error:  # noqa: BLE001 - a step that cannot be captured acts eagerly, said once

@@ -123,7 +123,7 @@ class Actor:
             if not self.device_stack:
                 raise ValueError("acting through a graph needs the frame stack on the device (device_stack)")
             restore = tuple(self.normalizer.buffers()) if self.normalizer is not None else ()
-            self.graph = ActingGraph(self._choose, generator, restore)
+            self.graph = ActingGraph(self._choose, generator, restore, module=model)
 
     def _choose(self, obs, first: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """The acting step on device tensors: the normalizer's update, then :func:`choose_actions`."""

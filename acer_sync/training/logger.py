@@ -97,7 +97,8 @@ def check_progress(csv_path: Path) -> list[str] | None:
             lines = handle.read().splitlines(keepends=True)
     except UnicodeDecodeError:
         raise UserError(f"{csv_path} is not a text file: restore it, or move the file away") from None
-    if len(lines) == 1 and not lines[0].endswith("\n"):
+    if len(lines) == 1 and not lines[0].endswith("\n") and (
+            "total_timesteps".startswith(lines[0]) or lines[0].startswith("total_timesteps,")):
         return None
     header = next(csv.reader(lines[:1]), [])
     widths = {len(next(csv.reader([line]), [])) for line in lines[1:] if line.endswith("\n")}
