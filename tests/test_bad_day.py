@@ -531,6 +531,14 @@ def test_a_damaged_progress_header_is_refused_never_filled_with_nan(run_copy):
     refused_resume(run_copy, r"progress.csv has a damaged header")
 
 
+def test_a_damaged_progress_row_is_named_by_its_line(run_copy):
+    path = run_copy / "progress.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = "1,2,3\n"
+    path.write_text("".join(lines))
+    refused_resume(run_copy, r"progress.csv has a damaged row at line 3 \(3 columns, its header \d+\): restore that line")
+
+
 def test_a_progress_file_cut_inside_its_header_is_written_again_whole_on_resume(run_copy):
     # A kill as the run wrote its header: no row to keep. Appending to it ran the rows into the
     # cut header ("...,time_520,13,62,nan"), with its columns.

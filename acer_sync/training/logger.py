@@ -101,7 +101,12 @@ def check_progress(csv_path: Path) -> list[str] | None:
             "total_timesteps".startswith(lines[0]) or lines[0].startswith("total_timesteps,")):
         return None
     header = next(csv.reader(lines[:1]), [])
-    widths = {len(next(csv.reader([line]), [])) for line in lines[1:] if line.endswith("\n")}
+    row_widths = [(number, len(next(csv.reader([line]), []))) for number, line in enumerate(lines[1:], 2) if line.endswith("\n")]
+    widths = {width for _, width in row_widths}
+    if header[:1] == ["total_timesteps"] and len(header) in widths and len(widths) > 1:
+        number, width = next((number, width) for number, width in row_widths if width != len(header))
+        raise UserError(f"{csv_path} has a damaged row at line {number} ({width} columns, its header {len(header)}): "
+                        "restore that line, or remove it")
     if header[:1] != ["total_timesteps"] or len(widths) > 1 or (widths and widths != {len(header)}):
         raise UserError(
             f"{csv_path} has a damaged header ({len(header)} columns, starting {','.join(header[:2])!r}; its rows have "
