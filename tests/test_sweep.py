@@ -266,6 +266,26 @@ def test_a_ctrl_c_delivered_twice_asks_the_trials_to_save_once_before_tune_stops
         signal.signal(signal.SIGINT, previous)
 
 
+def test_a_continued_sweep_waits_its_own_stop_wait_not_the_first_runs(monkeypatch):
+    # Tune restores the first run's callbacks from its pickled state, their values with them.
+    import pickle
+    import threading
+
+    from acer_sync.sweeps import launch
+
+    restored = pickle.loads(pickle.dumps(launch.StopTrialsOnInterrupt(wait_seconds=30)))
+    monkeypatch.setattr(launch.StopTrialsOnInterrupt, "wait_now", 120)  # make_tuner, for the continued sweep's --stop-wait 120
+    waits, asked = [], threading.Event()
+    monkeypatch.setattr(launch, "request_stop", lambda wait_seconds, resent: (waits.append(wait_seconds), asked.set()))
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)  # Tune's handler
+    try:
+        restored.on_step_begin(0, [])
+        os.kill(os.getpid(), signal.SIGINT)
+        assert asked.wait(10) and waits == [120]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

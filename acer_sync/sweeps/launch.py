@@ -353,8 +353,13 @@ class StopTrialsOnInterrupt(tune.Callback):
     is no second Ctrl-C.
     """
 
+    #: How long the first Ctrl-C waits for the trials to save: this sweep.py's ``--stop-wait``. A
+    #: class attribute, set by :func:`make_tuner` on every run: a continued sweep's callback is the
+    #: first run's, which Tune restores with the value it had then.
+    wait_now: float = 0.0
+
     def __init__(self, wait_seconds: float):
-        self.wait_seconds = wait_seconds
+        StopTrialsOnInterrupt.wait_now = wait_seconds
 
     def on_step_begin(self, iteration, trials, **info):
         if threading.current_thread() is not threading.main_thread():
@@ -367,7 +372,7 @@ class StopTrialsOnInterrupt(tune.Callback):
         def stop_trials_then_tune(signum, frame):
             if not asked:
                 asked.append((signum, time.monotonic()))
-                threading.Thread(target=request_stop, args=(self.wait_seconds, resent), daemon=True).start()
+                threading.Thread(target=request_stop, args=(StopTrialsOnInterrupt.wait_now, resent), daemon=True).start()
             elif resent.is_set() or not delivered_again(asked[0], signum):
                 tune_handler(signum, frame)
 
@@ -405,6 +410,7 @@ def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverCo
     """A new Tuner for ``sweep``, or the saved one restored when ``sweep_dir`` already holds it."""
     trainable = tune.with_resources(tune.with_parameters(run_trial, driver=driver), {"cpu": sweep.cpus, "gpu": sweep.gpus})
     experiment = sweep_dir / TUNE_DIR
+    StopTrialsOnInterrupt.wait_now = stop_wait  # also for the callback a restored Tuner brings back
     if Tuner.can_restore(str(experiment)):
         print(f"continuing the sweep in {sweep_dir}: finished trials are kept, unfinished ones resume", flush=True)
         return Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
