@@ -1,5 +1,6 @@
 """Continuous ACER's math (§5, Algorithm 3): hand-worked numbers, identities, an unbiasedness check."""
 
+import copy
 import math
 
 import numpy as np
@@ -199,3 +200,112 @@ def test_gaussian_policy_gain_hand_worked():
     assert math.isclose(truncated.item(), -1.5, rel_tol=1e-6) and math.isclose(correction.item(), -2.5, rel_tol=1e-6)
     grad_taken, grad_sampled = torch.autograd.grad((truncated + correction).sum(), [log_prob_taken, log_prob_sampled])
     assert math.isclose(grad_taken.item(), 3.0, rel_tol=1e-6) and math.isclose(grad_sampled.item(), 2.5, rel_tol=1e-6)
+
+
+def test_the_gaussian_update_matches_a_step_by_step_loop_of_algorithm_3(monkeypatch):
+    # Algorithm 3 written as the paper writes it, one step at a time in float64, beside the
+    # vectorized update on the same network and batch: d = 2, T = 4, N = 2, n = 5, an average
+    # network apart from the online one, a terminal (env 0, t = 1) and a time-limit cut (env 1,
+    # t = 2, V(x_final) = 2.5). It pins what the frozen reference (a copy of this code) cannot:
+    # ρ̄ = min(1, ρ^(1/d)) in Q^ret but min(1, ρ) in V's target, ρ' from the sampled a', the
+    # correction min(c, ρ) with plain ρ (eq. 14), the KL's gradient against π_avg, and Polyak.
+    from acer_sync.base.config import Config
+    from acer_sync.training.acer import ACER
+    from helpers import features_of, ff_batch, gaussian_net
+
+    torch.manual_seed(0)
+    T, N, d, n = 4, 2, 2, 5
+    model = gaussian_net((1, 3), d, (8,), [0.5, 0.8])
+    config = Config(env="test", nsteps=T, num_envs=N, hidden="8", c=1.3, delta=0.05, ent_coef=0.01, gamma=0.9,
+                    sdn_samples=n, alpha=0.5, compile="off")
+    agent = ACER(model, config)
+    with torch.no_grad():  # the online network moves away from the average one
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    data = torch.Generator().manual_seed(7)
+    obs = torch.randn(T + 1, N, 1, 3, generator=data)
+    actions = torch.randn(T, N, d, generator=data)
+    mu = torch.cat([torch.randn(T, N, d, generator=data) * 0.3, torch.full((T, N, d), -0.7)], -1)
+    rewards = torch.randn(T, N, generator=data)
+    dones = torch.zeros(T, N)
+    dones[1, 0] = dones[2, 1] = 1
+    timeout_values = torch.zeros(T, N)
+    timeout_values[2, 1] = 2.5
+    seen = {}
+
+    def recorded(name, function, first_only=False):
+        def wrapper(*args, **kwargs):
+            out = function(*args, **kwargs)
+            if not (first_only and name in seen):
+                seen[name] = out.detach().clone()
+            return out
+        return wrapper
+
+    monkeypatch.setattr(agent.distribution, "sample", recorded("drawn", agent.distribution.sample))
+    monkeypatch.setattr(losses, "q_retrace", recorded("q_ret", losses.q_retrace, first_only=True))  # then Q^opc's
+    monkeypatch.setattr(losses, "value_target", recorded("v_target", losses.value_target))
+
+    adjust = losses.trust_region_adjust
+
+    def trust_region(g, k, delta):  # eq. 12, its g and k kept
+        seen["g"], seen["k"] = g.detach().clone(), k.detach().clone()
+        seen["z"] = adjust(g, k, delta)
+        return seen["z"]
+
+    monkeypatch.setattr(losses, "trust_region_adjust", trust_region)
+    online, average = copy.deepcopy(model), copy.deepcopy(agent.average_model)  # before the update
+    agent.update(ff_batch(obs, actions, mu, rewards, dones, timeout_values), lr=0.0)  # lr 0: only Polyak moves
+
+    features = features_of(online, obs.reshape((T + 1) * N, 1, 3))
+    phi = online.policy_of(features).reshape(T + 1, N, 2 * d).detach().double()
+    values = online.value_of(features).reshape(T + 1, N).detach().double()
+
+    def log_density(stats, action):
+        mean, log_std = stats[..., :d], stats[..., d:]
+        return (-0.5 * ((action - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def advantage(t, j, action):
+        return online.advantage_of(features[t * N + j:t * N + j + 1], action.reshape(1, 1, d).float()).item()
+
+    drawn = seen["drawn"].double()
+    q_ret_loop, v_target_loop = torch.zeros(T, N, dtype=torch.float64), torch.zeros(T, N, dtype=torch.float64)
+    g_loop, k_loop = torch.zeros(T, N, 2 * d, dtype=torch.float64), torch.zeros(T, N, 2 * d, dtype=torch.float64)
+    for j in range(N):
+        q_ret = q_opc = values[T, j].item()
+        for t in reversed(range(T)):
+            if dones[t, j]:
+                q_ret = q_opc = 0.0
+            q_ret = rewards[t, j].item() + config.gamma * (q_ret + timeout_values[t, j].item())
+            q_opc = rewards[t, j].item() + config.gamma * (q_opc + timeout_values[t, j].item())
+            baseline = sum(advantage(t, j, drawn[t, j, i]) for i in range(n)) / n  # eq. 13's mean over u_i
+            v = values[t, j].item()
+            q_taken = v + advantage(t, j, actions[t, j].double()) - baseline
+            a_prime = drawn[t, j, n]
+            q_prime = v + advantage(t, j, a_prime) - baseline
+            stats = phi[t, j].clone().requires_grad_(True)
+            rho = math.exp(log_density(stats, actions[t, j].double()).item() - log_density(mu[t, j].double(), actions[t, j].double()).item())
+            rho_prime = math.exp(log_density(stats, a_prime).item() - log_density(mu[t, j].double(), a_prime).item())
+            objective = (min(config.c, rho) * (q_opc - v) * log_density(stats, actions[t, j].double())
+                         + max(0.0, 1 - config.c / rho_prime) * (q_prime - v) * log_density(stats, a_prime)
+                         + config.ent_coef * stats[d:].sum())  # the entropy's gradient in log σ
+            g_loop[t, j] = torch.autograd.grad(objective, stats)[0]
+            stats_avg = average.policy_of(features_of(average, obs[t, j:j + 1]))[0].detach().double()
+            stats = phi[t, j].clone().requires_grad_(True)
+            std_avg, std = stats_avg[d:].exp(), stats[d:].exp()
+            kl = (torch.log(std / std_avg) + (std_avg ** 2 + (stats_avg[:d] - stats[:d]) ** 2) / (2 * std ** 2) - 0.5).sum()
+            k_loop[t, j] = torch.autograd.grad(kl, stats)[0]
+            q_ret_loop[t, j] = q_ret
+            v_target_loop[t, j] = min(1.0, rho) * (q_ret - q_taken) + v
+            q_ret = min(1.0, rho ** (1 / d)) * (q_ret - q_taken) + v
+            q_opc = (q_opc - q_taken) + v
+
+    torch.testing.assert_close(seen["q_ret"].double(), q_ret_loop, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(seen["v_target"].double(), v_target_loop, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(seen["g"].double(), g_loop, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(seen["k"].double(), k_loop, rtol=1e-5, atol=1e-5)
+    k_dot_g, k_dot_z = (seen["k"] * seen["g"]).sum(-1), (seen["k"] * seen["z"]).sum(-1)
+    assert (k_dot_g > config.delta).any() and (k_dot_g <= config.delta).any()  # both sides of eq. 12
+    torch.testing.assert_close(k_dot_z, torch.minimum(k_dot_g, torch.tensor(config.delta)), rtol=1e-5, atol=1e-6)
+    for name, parameter in agent.average_model.named_parameters():  # θ_a ← α θ_a + (1 − α) θ, α = 0.5
+        expected = 0.5 * dict(average.named_parameters())[name] + 0.5 * dict(online.named_parameters())[name]
+        torch.testing.assert_close(parameter, expected, rtol=0, atol=1e-7)
