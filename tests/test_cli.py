@@ -257,6 +257,19 @@ def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
     assert "does not fit its env PongNoFrameskip-v4: n_actions 4 (the env gives 6)" in one_line_error(run("play.py", tmp_path / "other.pt"))
 
 
+@pytest.mark.parametrize("flag, name, message", [
+    ("--actions", "checkpoints/latest.pt", "--actions writes a CSV of its own"),
+    ("--actions", "progress.csv", "--actions writes a CSV of its own"),
+    ("--video", "steps.csv", "--video writes an mp4"),
+])
+def test_play_writes_no_file_but_its_own_kind_over_a_runs_files(pong_run, flag, name, message):
+    # os.replace put the steps over the run's checkpoint, or its progress.csv, or the video.
+    target = pong_run / name
+    before = target.read_bytes() if target.exists() else None
+    assert message in one_line_error(run("play.py", pong_run, "--episodes", "1", flag, target))
+    assert (target.read_bytes() if target.exists() else None) == before
+
+
 def test_render_without_display_says_so(pong_run):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     result = subprocess.run(

@@ -38,9 +38,9 @@ def parse_args(argv: list[str], prog: str = "play.py"):
     parser.add_argument("--num-envs", type=int, default=1,
                         help="envs playing the games at once, in the run's vector env, each a fixed share of them, as "
                              "training's evaluation plays (default: 1; --video, --actions and --render need one)")
-    parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file")
+    parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file (FILE.mp4)")
     parser.add_argument("--actions", type=Path, default=None,
-                        help="write one CSV row per agent step to this file (game, step, action, forced, reward, lives, ...)")
+                        help="write one CSV row per agent step to this file (FILE.csv: game, step, action, forced, reward, lives, ...)")
     parser.add_argument("--greedy", action="store_true", help="take argmax actions instead of sampling from the policy")
     parser.add_argument("--render", action="store_true", help="show the game in a window (needs a display)")
     parser.add_argument("--seed", type=int, default=0, help="env seed (default: 0)")
@@ -108,6 +108,12 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         raise UserError(f"{recording[0]} records one env and cannot be combined with --num-envs {args.num_envs}")
     if args.render and sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         raise UserError("--render needs a display, and none was found (DISPLAY is not set); record with --video FILE instead")
+    # Only files of their own kinds: never a run's checkpoint, progress.csv or config.json, or each other.
+    if args.video is not None and args.video.suffix.lower() != ".mp4":
+        raise UserError(f"--video writes an mp4: give a file name ending in .mp4, got {args.video}")
+    if args.actions is not None and (args.actions.suffix.lower() != ".csv" or args.actions.name == "progress.csv"):
+        raise UserError(f"--actions writes a CSV of its own: give a file name ending in .csv other than a run's "
+                        f"progress.csv, got {args.actions}")
     if args.video is not None and not args.video.parent.is_dir():
         raise UserError(f"cannot write video {args.video}: folder {args.video.parent} does not exist")
     if args.actions is not None and not args.actions.parent.is_dir():
