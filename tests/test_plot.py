@@ -88,6 +88,38 @@ def test_runs_differing_only_in_seed_device_or_length_form_one_group(tmp_path):
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["lr=0.0007", "lr=0.001"]
 
 
+def test_greedy_and_sampled_evaluations_are_not_one_group(tmp_path):
+    runs = [write_run(tmp_path / "sampled"), write_run(tmp_path / "greedy", seed=1, eval_greedy=True)]
+    groups = plot.group_runs([plot.load_run(path) for path in runs])
+    assert [plot.distinguishing_text(group, groups) for group in groups] == ["eval_greedy=False", "eval_greedy=True"]
+
+
+def test_a_last_row_cut_short_is_left_out_as_the_trainer_leaves_it_out(tmp_path):
+    run = write_run(tmp_path / "run", rows=5)
+    with open(run / "progress.csv", "a") as handle:
+        handle.write(f"{6 * STEPS_PER_ROW},500,360.0,2")  # row 6, cut inside its reward by a kill (or being written)
+    columns = plot.read_progress(run / "progress.csv")
+    assert columns["total_timesteps"].tolist() == [step * STEPS_PER_ROW for step in range(1, 6)]
+    assert columns["mean_episode_reward"][-1] == -18.0  # row 5's, not the cut "2"
+
+
+def test_a_step_cell_that_is_no_number_is_a_user_error(tmp_path):
+    run = write_run(tmp_path / "run", rows=3)
+    lines = (run / "progress.csv").read_text().splitlines()
+    lines[2] = "," + lines[2].split(",", 1)[1]
+    (run / "progress.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="column total_timesteps holds a cell that is empty or not finite"):
+        plot.read_progress(run / "progress.csv")
+
+
+def test_a_run_of_a_glob_that_has_no_row_yet_is_skipped_not_an_error(tmp_path, capsys):
+    started = write_run(tmp_path / "sweep" / "b_started")
+    (started / "progress.csv").write_text("")  # the logger makes it at the start; the first row comes later
+    done = write_run(tmp_path / "sweep" / "a_done")
+    assert plot.run_directories(sorted((tmp_path / "sweep").glob("*"))) == [done]
+    assert "skipped 1 run(s) with no row yet: b_started" in capsys.readouterr().out
+
+
 def test_memory_settings_label_only_runs_with_memory(tmp_path):
     runs = [write_run(tmp_path / "cnn"), write_run(tmp_path / "lstm", network="cnn_lstm", precision="bf16"),
             write_run(tmp_path / "ln", network="cnn_lstm", precision="bf16", lstm_norm="layer", track=True)]

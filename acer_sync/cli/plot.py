@@ -29,9 +29,9 @@ from acer_sync.cli.args import OneLineParser
 #: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
 IGNORED_FOR_GROUPING = (
     "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "replay_device", "log_interval", "log_seconds",
-    "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "env_timeout", "eval_every", "eval_episodes", "eval_greedy",
+    "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "env_timeout", "eval_every", "eval_episodes",
     "capture_video", "track", "wandb_project", "wandb_entity",
-)
+)  # not eval_greedy: a greedy evaluation's scores are not a sampled one's
 #: Settings only a network with memory uses: a feed-forward run's say nothing of it.
 MEMORY_SETTINGS = ("lstm_size", "lstm_norm", "replay_state")
 #: What a setting that a config.json lacks was: a run written before the setting existed behaved as
@@ -91,10 +91,15 @@ def parse_number(text: str) -> float:
 
 
 def read_progress(csv_path: Path) -> dict[str, np.ndarray]:
-    """The columns of ``progress.csv`` that the plot uses; cells missing from a short row are NaN."""
+    """The columns of ``progress.csv`` that the plot uses; cells missing from a short row are NaN. A
+    last line without its newline, a row that a kill cut short (or one being written), is left out,
+    as the trainer leaves it out."""
     try:
         with open(csv_path, newline="") as handle:
-            header, *rows = [row for row in csv.reader(handle) if row] or [[]]
+            lines = handle.read().splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines = lines[:-1]
+        header, *rows = [row for row in csv.reader(lines) if row] or [[]]
     except (OSError, UnicodeDecodeError, csv.Error) as error:
         raise UserError(f"cannot read {csv_path}: {getattr(error, 'strerror', None) or error}") from None
     if not rows:
@@ -109,6 +114,8 @@ def read_progress(csv_path: Path) -> dict[str, np.ndarray]:
             columns[name] = np.array([parse_number(row[index]) if index < len(row) else math.nan for row in rows])
         except ValueError:
             raise UserError(f"{csv_path}: column {name} holds a value that is not a number") from None
+    if not np.isfinite(columns["total_timesteps"]).all():
+        raise UserError(f"{csv_path}: column total_timesteps holds a cell that is empty or not finite")
     return columns
 
 
@@ -148,6 +155,13 @@ def run_directories(paths: list[Path]) -> list[Path]:
     skipped = [path.name for path in paths if path not in runs]
     if skipped:
         print(f"skipped {len(skipped)} path(s) that are not run directories: {', '.join(skipped)}")
+    # a run that has just started (or died before its first row) has its progress.csv, empty
+    starting = [path for path in runs if (path / "progress.csv").stat().st_size == 0]
+    if starting:
+        print(f"skipped {len(starting)} run(s) with no row yet: {', '.join(path.name for path in starting)}")
+        runs = [path for path in runs if path not in starting]
+        if not runs:
+            raise UserError(f"none of the {len(paths)} paths given is a run with a row yet")
     return runs
 
 
@@ -284,7 +298,11 @@ def baselines_reference(env: str, axis: str, within: tuple[float, float] | None)
 def build_figure(groups: list[Group], texts: list[str], axis: str, window: int, reference: bool = True):
     """One panel per env: seed-mean curves with min-max bands, eval markers and, with ``reference``,
     the published ACER line and Baselines' curve within the runs' x range."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("plot.py draws with matplotlib, which is not installed: pip install matplotlib "
+                        "(or the plot extra: pip install \".[plot]\")") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
