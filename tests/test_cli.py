@@ -260,6 +260,7 @@ def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
 @pytest.mark.parametrize("flag, name, message", [
     ("--actions", "checkpoints/latest.pt", "--actions writes a CSV of its own"),
     ("--actions", "progress.csv", "--actions writes a CSV of its own"),
+    ("--actions", "PROGRESS.CSV", "--actions writes a CSV of its own"),  # the same file where names ignore case
     ("--video", "steps.csv", "--video writes an mp4"),
 ])
 def test_play_writes_no_file_but_its_own_kind_over_a_runs_files(pong_run, flag, name, message):

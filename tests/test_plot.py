@@ -113,11 +113,18 @@ def test_a_step_cell_that_is_no_number_is_a_user_error(tmp_path):
 
 
 def test_a_run_of_a_glob_that_has_no_row_yet_is_skipped_not_an_error(tmp_path, capsys):
-    started = write_run(tmp_path / "sweep" / "b_started")
-    (started / "progress.csv").write_text("")  # the logger makes it at the start; the first row comes later
     done = write_run(tmp_path / "sweep" / "a_done")
+    for name, text in (("b_started", ""), ("c_header", "total_timesteps,mean_episode_reward\n"),
+                       ("d_cut", "total_timesteps,mean_episode_reward\n32000,-2")):
+        # the logger makes it at the start, the header comes with the first row, which a kill may cut
+        (write_run(tmp_path / "sweep" / name) / "progress.csv").write_text(text)
     assert plot.run_directories(sorted((tmp_path / "sweep").glob("*"))) == [done]
-    assert "skipped 1 run(s) with no row yet: b_started" in capsys.readouterr().out
+    assert "skipped 3 run(s) with no row yet: b_started, c_header, d_cut" in capsys.readouterr().out
+
+
+def test_without_evaluations_eval_greedy_splits_no_group(tmp_path):
+    runs = [write_run(tmp_path / "a", eval_every=0), write_run(tmp_path / "b", seed=1, eval_every=0, eval_greedy=True)]
+    assert [len(group.runs) for group in plot.group_runs([plot.load_run(path) for path in runs])] == [2]
 
 
 def test_memory_settings_label_only_runs_with_memory(tmp_path):

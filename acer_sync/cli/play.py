@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     # Only files of their own kinds: never a run's checkpoint, progress.csv or config.json, or each other.
     if args.video is not None and args.video.suffix.lower() != ".mp4":
         raise UserError(f"--video writes an mp4: give a file name ending in .mp4, got {args.video}")
-    if args.actions is not None and (args.actions.suffix.lower() != ".csv" or args.actions.name == "progress.csv"):
+    if args.actions is not None and (args.actions.suffix.lower() != ".csv" or args.actions.name.lower() == "progress.csv"):
         raise UserError(f"--actions writes a CSV of its own: give a file name ending in .csv other than a run's "
                         f"progress.csv, got {args.actions}")
     if args.video is not None and not args.video.parent.is_dir():

@@ -155,14 +155,24 @@ def run_directories(paths: list[Path]) -> list[Path]:
     skipped = [path.name for path in paths if path not in runs]
     if skipped:
         print(f"skipped {len(skipped)} path(s) that are not run directories: {', '.join(skipped)}")
-    # a run that has just started (or died before its first row) has its progress.csv, empty
-    starting = [path for path in runs if (path / "progress.csv").stat().st_size == 0]
+    # a run that has just started (or died before its first row) has its progress.csv without a whole row
+    starting = [path for path in runs if not has_a_row(path / "progress.csv")]
     if starting:
         print(f"skipped {len(starting)} run(s) with no row yet: {', '.join(path.name for path in starting)}")
         runs = [path for path in runs if path not in starting]
         if not runs:
             raise UserError(f"none of the {len(paths)} paths given is a run with a row yet")
     return runs
+
+
+def has_a_row(csv_path: Path) -> bool:
+    """Whether ``progress.csv`` holds a whole row under its header (an unreadable one is left for
+    :func:`read_progress` to name)."""
+    try:
+        with open(csv_path, newline="") as handle:
+            return sum(1 for line in handle if line.endswith("\n") and line.strip()) >= 2
+    except (OSError, UnicodeDecodeError):
+        return True
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
@@ -172,7 +182,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[str, Group] = {}
     for run in runs:
         config = {**SETTING_DEFAULTS, **run.config}
-        ignored = (*IGNORED_FOR_GROUPING, "env", *(() if config["network"] in ("lstm", "cnn_lstm") else MEMORY_SETTINGS))
+        ignored = (*IGNORED_FOR_GROUPING, "env", *(() if config["network"] in ("lstm", "cnn_lstm") else MEMORY_SETTINGS),
+                   *(() if config["eval_every"] else ("eval_greedy",)))  # it means nothing without evaluations
         settings = {key: value for key, value in config.items() if key not in ignored}
         key = json.dumps([run.env, settings], sort_keys=True, default=str)
         previous = groups.get(key)
