@@ -43,10 +43,9 @@ class ActingCopy:
         self._online_buffers, self._acting_buffers = list(online.buffers()), list(self.model.buffers())
         # The observation normalizer's statistics are gathered by acting, a user torso's others (a
         # BatchNorm's running statistics) by the updates: each goes from where it is gathered.
-        acting_buffers = dict(self.model.named_buffers())
-        gathered = [name for name, _ in online.named_buffers() if name.startswith("normalizer.")]
-        learned = [name for name, _ in online.named_buffers() if not name.startswith("normalizer.")]
-        online_buffers = dict(online.named_buffers())
+        online_buffers, acting_buffers = dict(online.named_buffers()), dict(self.model.named_buffers())
+        gathered = [name for name in online_buffers if name.startswith("normalizer.")]
+        learned = [name for name in online_buffers if name not in gathered]
         self._gathered = ([acting_buffers[name] for name in gathered], [online_buffers[name] for name in gathered])
         self._learned = ([online_buffers[name] for name in learned], [acting_buffers[name] for name in learned])
         #: The CUDA stream acting runs on (None off CUDA).

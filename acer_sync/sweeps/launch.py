@@ -354,8 +354,8 @@ class StopTrialsOnInterrupt(tune.Callback):
     """
 
     #: How long the first Ctrl-C waits for the trials to save: this sweep.py's ``--stop-wait``. A
-    #: class attribute, set by :func:`make_tuner` on every run: a continued sweep's callback is the
-    #: first run's, which Tune restores with the value it had then.
+    #: class attribute, set by the constructor and, for a continued sweep, by :func:`make_tuner`:
+    #: its callback is the first run's, which Tune restores without calling the constructor.
     wait_now: float = 0.0
 
     def __init__(self, wait_seconds: float):
@@ -410,8 +410,8 @@ def make_tuner(sweep: Sweep, sweep_file: Path, sweep_dir: Path, driver: DriverCo
     """A new Tuner for ``sweep``, or the saved one restored when ``sweep_dir`` already holds it."""
     trainable = tune.with_resources(tune.with_parameters(run_trial, driver=driver), {"cpu": sweep.cpus, "gpu": sweep.gpus})
     experiment = sweep_dir / TUNE_DIR
-    StopTrialsOnInterrupt.wait_now = stop_wait  # also for the callback a restored Tuner brings back
     if Tuner.can_restore(str(experiment)):
+        StopTrialsOnInterrupt.wait_now = stop_wait  # the restored Tuner brings back the first run's callback
         print(f"continuing the sweep in {sweep_dir}: finished trials are kept, unfinished ones resume", flush=True)
         return Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
     trials = [
