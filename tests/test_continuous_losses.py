@@ -4,6 +4,7 @@ import copy
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from acer_sync.math import losses
@@ -309,3 +310,24 @@ def test_the_gaussian_update_matches_a_step_by_step_loop_of_algorithm_3(monkeypa
     for name, parameter in agent.average_model.named_parameters():  # θ_a ← α θ_a + (1 − α) θ, α = 0.5
         expected = 0.5 * dict(average.named_parameters())[name] + 0.5 * dict(online.named_parameters())[name]
         torch.testing.assert_close(parameter, expected, rtol=0, atol=1e-7)
+
+
+def test_the_logged_rho_mean_stays_finite_when_mu_gave_the_action_almost_no_density():
+    # log ρ past 88 overflows float32's exp. The update itself only uses ρ truncated (eq. 14's
+    # min(c, ρ), min(1, ρ^(1/d))), but rho_mean logged inf. Each ρ in the statistic is now capped
+    # at 1/ε = 10⁶, where the discrete μ's ε caps it, and rho_clipped_frac still counts it.
+    from acer_sync.base.config import Config
+    from acer_sync.training.acer import ACER
+    from helpers import ff_batch, gaussian_net
+
+    torch.manual_seed(0)
+    T, N, d = 3, 2, 1
+    model = gaussian_net((1, 3), d, (8,), [0.5])
+    agent = ACER(model, Config(env="test", nsteps=T, num_envs=N, hidden="8", compile="off"))
+    obs = torch.zeros(T + 1, N, 1, 3)
+    actions = torch.zeros(T, N, d)
+    mu = torch.cat([torch.full((T, N, d), 2.0), torch.full((T, N, d), -2.0)], -1)  # σ = 0.135, 15σ away
+    stats = agent.update(ff_batch(obs, actions, mu, torch.zeros(T, N), torch.zeros(T, N)), lr=0.0)
+    assert stats["nonfinite"].item() == 0
+    assert math.isfinite(stats["rho_mean"].item()) and stats["rho_mean"].item() == pytest.approx(1e6, rel=1e-5)
+    assert stats["rho_clipped_frac"].item() == 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import traceback
 from typing import NamedTuple
 
@@ -30,7 +31,10 @@ class PolicyTerms(NamedTuple):
     loss_critic: torch.Tensor  # scalar, differentiable in the network
     q_taken: torch.Tensor  # Q(x_t, a_t) or Q̃(x_t, a_t), [T, N], detached
     q_ret: torch.Tensor  # [T, N]
-    rho_taken: torch.Tensor  # ρ_t(a_t), [T, N]
+    rho_taken: torch.Tensor  # ρ_t(a_t), [T, N], for the statistics only; at most 1/PROB_EPS
+
+
+LOG_RHO_LOGGED_MAX = -math.log(losses.PROB_EPS)  # log of the largest discrete ρ, 1/ε
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -245,7 +249,7 @@ class ACER:
         loss_critic = 0.5 * (q_ret - q_taken).pow(2).mean() + 0.5 * (v_target - values).pow(2).mean()
         return PolicyTerms(
             stats, gain_truncated, gain_correction, loss_critic, q_taken.detach(), q_ret,
-            torch.exp(log_rho_taken),
+            torch.exp(log_rho_taken.clamp(max=LOG_RHO_LOGGED_MAX)),  # a finite rho_mean, as discrete μ's ε gives
         )
 
     def update(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
