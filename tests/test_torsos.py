@@ -139,3 +139,29 @@ def test_a_torso_acts_and_evaluates_in_evaluation_mode_and_learns_in_training_mo
     if pipeline == "overlap":
         for name, buffer in trainer.acting.model.named_buffers():
             assert torch.equal(buffer, online[name])
+
+
+@pytest.mark.parametrize("network", ["auto", "lstm"])
+def test_a_torso_returning_float64_trains_with_either_memory(tmp_path, network):
+    # The start-up check took any float; the LSTM then failed at the first act ("mat1 and mat2
+    # must have the same dtype"), leaving a run directory without a checkpoint.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=100, torso=user_torsos.Float64Torso,
+                              network=network, lstm_size=8, **SMALL)
+    features = acer_sync.load(run_dir).model.torso(torch.zeros(3, 1, 4))
+    assert features.dtype == torch.float32 and features.shape == (3, 16)
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_a_buffer_the_torso_rebinds_reaches_the_acting_copy_and_the_average_network(tmp_path, pipeline):
+    # ActingCopy and PolyakAverage listed the buffer tensors once: a torso that rebinds its buffer
+    # (self.mean = ...) left the acting copy, and the average network, on the first tensor.
+    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:RebindingTorso", vec_env="sync", device="cpu",
+                                      num_envs=2, nsteps=5, total_timesteps=100, eval_every=0, log_interval=1, threads=1,
+                                      pipeline=pipeline, replay_start=10))
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert trainer.train().finished
+    online = trainer.model.torso.module.mean
+    assert online.abs().sum() > 0  # the updates moved it
+    assert torch.equal(trainer.agent.average_model.torso.module.mean, online)
+    if pipeline == "overlap":
+        assert torch.equal(trainer.acting.model.torso.module.mean, online)

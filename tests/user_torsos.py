@@ -91,3 +91,28 @@ class NormedTorso(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         NormedTorso.MODES.append((self.training, obs.shape[0]))
         return self.layer(obs)
+
+
+class Float64Torso(SmallTorso):
+    """Computes in float64 and returns float64 features (a user's choice the heads must not trip on)."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16):
+        super().__init__(observation_space, features_dim)
+        self.layer = self.layer.double()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.layer(obs.double())
+
+
+class RebindingTorso(SmallTorso):
+    """Keeps a running mean of its input in a buffer that its training-mode forward rebinds
+    (``self.mean = ...``, a new tensor) rather than updating in place."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16):
+        super().__init__(observation_space, features_dim)
+        self.register_buffer("mean", torch.zeros(int(torch.tensor(observation_space.shape).prod())))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.mean = 0.9 * self.mean + 0.1 * obs.flatten(1).mean(0).detach()
+        return self.layer(obs - self.mean.reshape(obs.shape[1:]))

@@ -200,27 +200,48 @@ def network_from_spec(spec: dict) -> Network:
     return ActorCriticNet(spec)
 
 
+def buffer_slots(module: nn.Module) -> list[tuple[nn.Module, str]]:
+    """Each buffer of ``module`` as ``(owning module, name)``, in ``named_buffers()`` order. Reading
+    ``owner._buffers[name]`` each time finds a buffer that a user's torso rebinds (``self.mean =
+    ...``, a new tensor) as well as one updated in place, without walking the modules again."""
+    slots = []
+    for name, _ in module.named_buffers():
+        owner_path, _, leaf = name.rpartition(".")
+        slots.append((module.get_submodule(owner_path), leaf))
+    return slots
+
+
+def read_slots(slots: list[tuple[nn.Module, str]]) -> list[torch.Tensor]:
+    """The tensors :func:`buffer_slots` names, as they are now."""
+    return [owner._buffers[name] for owner, name in slots]
+
+
 class PolyakAverage:
     """θ_a ← α θ_a + (1 − α) θ, in place, for every parameter (Wang et al. 2017, Sec. 3.3).
 
     Works on the parameter tensors themselves (not on rebound names), so the average network
     really moves: each parameter moves by exactly (1 − α) of its distance to the online one.
     Buffers (the observation normalizer's running statistics) are copied, not averaged: both
-    networks must see observations normalized the same way. The tensors are listed once: walking
-    the modules for them at every update was measured costly (docs/bench/README.md, The composed network).
+    networks must see observations normalized the same way. The parameters are listed once: walking
+    the modules for them at every update was measured costly (docs/bench/README.md, The composed
+    network); the buffers are found through their modules each time (:func:`buffer_slots`).
     """
 
     def __init__(self, average: nn.Module, online: nn.Module):
         self.average_params, self.online_params = list(average.parameters()), list(online.parameters())
-        self.average_buffers, self.online_buffers = list(average.buffers()), list(online.buffers())
-        if len(self.average_params) != len(self.online_params) or len(self.average_buffers) != len(self.online_buffers):
+        self.average_slots, self.online_slots = buffer_slots(average), buffer_slots(online)
+        if len(self.average_params) != len(self.online_params) or len(self.average_slots) != len(self.online_slots):
             raise ValueError("average and online networks differ in their parameters")
+
+    @property
+    def average_buffers(self) -> list[torch.Tensor]:
+        return read_slots(self.average_slots)
 
     @torch.no_grad()
     def update(self, alpha: float, finite: torch.Tensor | None = None) -> None:
         """One step; with ``finite`` (a bool tensor), a step without a host read that leaves the
         average as it is where ``finite`` is False (the update it follows was skipped)."""
-        for average_buffer, online_buffer in zip(self.average_buffers, self.online_buffers):
+        for average_buffer, online_buffer in zip(read_slots(self.average_slots), read_slots(self.online_slots)):
             average_buffer.copy_(online_buffer)
         if finite is None:
             torch._foreach_mul_(self.average_params, alpha)

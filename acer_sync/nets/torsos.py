@@ -213,7 +213,8 @@ class UserTorso(nn.Module):
     ``preprocess_obs`` gives its extractors. For a multi-part observation the space is a Dict of
     one Box per part (a Tuple's parts keyed ``"0"``, ``"1"``, ...) and ``forward`` gets a dict of
     such batches. The class is checked here, once: it must be an ``nn.Module`` with an int
-    ``features_dim`` >= 1 whose ``forward`` returns ``[B, features_dim]``.
+    ``features_dim`` >= 1 whose ``forward`` returns floats ``[B, features_dim]`` (of any float
+    dtype: they leave the torso as float32).
     """
 
     def __init__(self, name: str, obs_shape: tuple[int, ...], obs_dtype: str, kwargs: dict, obs_parts=()):
@@ -258,9 +259,13 @@ class UserTorso(nn.Module):
                             f"[2, {self.features_dim}] for a batch of 2 observations, got {got}")
 
     def forward(self, obs) -> torch.Tensor:
+        """The module's features, in float32 whatever float it returns (an LSTM after it, and the
+        heads' layers, are float32; under bf16 autocast they cast it down again themselves)."""
         if isinstance(obs, dict):
-            return self.module({key: self._prepare(obs[key], box, self.scale[key]) for key, box in self.space.spaces.items()})
-        return self.module(self._prepare(obs, self.space, self.scale))
+            out = self.module({key: self._prepare(obs[key], box, self.scale[key]) for key, box in self.space.spaces.items()})
+        else:
+            out = self.module(self._prepare(obs, self.space, self.scale))
+        return out.float()
 
     @staticmethod
     def _prepare(obs: torch.Tensor, space: gym.spaces.Box, scale: bool) -> torch.Tensor:

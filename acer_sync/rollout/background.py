@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from acer_sync.nets.networks import Network, network_from_spec
+from acer_sync.nets.networks import Network, buffer_slots, network_from_spec, read_slots
 from acer_sync.replay.buffer import Segment
 from atari.errors import EnvTimedOut
 
@@ -40,14 +40,16 @@ class ActingCopy:
         device = next(online.parameters()).device
         self.model = network_from_spec(online.spec()).to(device).requires_grad_(False).eval()  # it only acts
         self._online_params, self._acting_params = list(online.parameters()), list(self.model.parameters())
-        self._online_buffers, self._acting_buffers = list(online.buffers()), list(self.model.buffers())
         # The observation normalizer's statistics are gathered by acting, a user torso's others (a
-        # BatchNorm's running statistics) by the updates: each goes from where it is gathered.
-        online_buffers, acting_buffers = dict(online.named_buffers()), dict(self.model.named_buffers())
-        gathered = [name for name in online_buffers if name.startswith("normalizer.")]
-        learned = [name for name in online_buffers if name not in gathered]
-        self._gathered = ([acting_buffers[name] for name in gathered], [online_buffers[name] for name in gathered])
-        self._learned = ([online_buffers[name] for name in learned], [acting_buffers[name] for name in learned])
+        # BatchNorm's running statistics) by the updates: each goes from where it is gathered. The
+        # buffers are found through their modules at each exchange, so one a torso rebinds is followed.
+        names = [name for name, _ in online.named_buffers()]
+        online_slots, acting_slots = dict(zip(names, buffer_slots(online))), dict(zip(names, buffer_slots(self.model)))
+        gathered = [name for name in names if name.startswith("normalizer.")]
+        learned = [name for name in names if name not in gathered]
+        self._online_slots, self._acting_slots = list(online_slots.values()), list(acting_slots.values())
+        self._gathered = ([acting_slots[name] for name in gathered], [online_slots[name] for name in gathered])
+        self._learned = ([online_slots[name] for name in learned], [acting_slots[name] for name in learned])
         #: The CUDA stream acting runs on (None off CUDA).
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.start()
@@ -57,8 +59,8 @@ class ActingCopy:
         """Everything from the online network (a new run, or one just restored from a checkpoint)."""
         with self._between_streams():
             torch._foreach_copy_(self._acting_params, self._online_params)
-            if self._acting_buffers:
-                torch._foreach_copy_(self._acting_buffers, self._online_buffers)
+            if self._acting_slots:
+                torch._foreach_copy_(read_slots(self._acting_slots), read_slots(self._online_slots))
 
     @torch.no_grad()
     def exchange(self) -> None:
@@ -68,7 +70,7 @@ class ActingCopy:
             torch._foreach_copy_(self._acting_params, self._online_params)
             for sources, targets in (self._gathered, self._learned):
                 if targets:
-                    torch._foreach_copy_(targets, sources)
+                    torch._foreach_copy_(read_slots(targets), read_slots(sources))
 
     @contextlib.contextmanager
     def _between_streams(self):
