@@ -153,9 +153,35 @@ def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_erro
 def test_a_discrete_observation_below_its_start_is_refused_not_read_from_the_end(tmp_path):
     policy = acer_sync.load(acer_sync.train("FrozenLake-v1", run_dir=tmp_path / "run", **SMALL))
     for observation in (-1, np.array([0, -1])):
-        with pytest.raises(acer_sync.UserError, match="has a discrete part below its start"):
+        with pytest.raises(acer_sync.UserError, match="has a discrete part outside its range"):
             policy.predict(observation)
     assert np.shape(policy.predict(np.array([0, 15]))[0]) == (2,)
+
+
+class GridCell(DictSensors):
+    """A MultiDiscrete([3, 3]) cell."""
+
+    observation_space = gym.spaces.MultiDiscrete([3, 3])
+
+
+def test_a_multi_discrete_or_multi_binary_observation_outside_its_range_is_refused(tmp_path):
+    # gymnasium's flatten encoded [3, 0] as [0 0 0 1 0 0] (the 3 as the second entry's 0) and [-1, 0]
+    # from the end, and predict gave an action for them
+    policy = acer_sync.load(acer_sync.train(GridCell, run_dir=tmp_path / "run", **SMALL))
+    for observation in ([3, 0], [-1, 0], [0, 3], [[0, 0], [2, 3]]):
+        with pytest.raises(acer_sync.UserError, match="has a discrete part outside its range"):
+            policy.predict(np.array(observation))
+    assert np.shape(policy.predict(np.array([[0, 0], [2, 2]]))[0]) == (2,)
+    binary = acer_sync.load(acer_sync.train(Switches, run_dir=tmp_path / "binary", **SMALL))
+    with pytest.raises(acer_sync.UserError, match="has a discrete part outside its range"):
+        binary.predict(np.array([0, 2, 1]))
+    assert np.ndim(binary.predict(np.array([0, 1, 1]))[0]) == 0
+
+
+class Switches(DictSensors):
+    """A MultiBinary(3) of switches."""
+
+    observation_space = gym.spaces.MultiBinary(3)
 
 
 LOAD_ELSEWHERE = """

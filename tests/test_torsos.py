@@ -165,3 +165,19 @@ def test_a_buffer_the_torso_rebinds_reaches_the_acting_copy_and_the_average_netw
     assert torch.equal(trainer.agent.average_model.torso.module.mean, online)
     if pipeline == "overlap":
         assert torch.equal(trainer.acting.model.torso.module.mean, online)
+
+
+def test_loading_after_the_torso_class_changed_names_what_differs(tmp_path, monkeypatch):
+    # It said only "does not hold a usable model (RuntimeError)", as for a damaged file.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, torso=user_torsos.SmallTorso, **SMALL)
+
+    class Grown(user_torsos.SmallTorso):
+        def __init__(self, observation_space, features_dim: int = 32):
+            super().__init__(observation_space, features_dim)
+            self.extra = torch.nn.Linear(2, 2)
+
+    monkeypatch.setattr(user_torsos, "SmallTorso", Grown)
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.load(run_dir)
+    message = str(error.value)
+    assert "\n" not in message and "torso.module.extra.weight" in message and "has user_torsos:SmallTorso changed since the run saved it?" in message

@@ -141,8 +141,8 @@ class Policy:
         if space is not None:
             n = _batch_size(space, observation)
             if n is not None:
-                if _below_start(space, observation):  # gymnasium's flatten would index from the end
-                    raise UserError(f"predict takes an observation of {space}; this one has a discrete part below its start")
+                if _outside_discrete(space, observation):  # gymnasium's flatten would encode it as another value
+                    raise UserError(f"predict takes an observation of {space}; this one has a discrete part outside its range")
                 items = [observation] if n == 0 else iterate(batch_space(space, n), observation)
                 try:
                     adapted = [adapt_observation(space, item) for item in items]
@@ -215,7 +215,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
-        raise UserError(f"{path} does not hold a usable model ({type(error).__name__})") from None
+        changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
+        raise UserError(f"{path} does not hold a usable model ({type(error).__name__}: {_in_one_line(error)}){changed}") from None
     info = check_env_fits(path, payload)
     device = device if isinstance(device, torch.device) else select_device(device)
     n, start = int(spec["n_actions"]), payload["action_start"]
@@ -233,6 +234,16 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
                   observation_space=observation_space, vec_env=str(config.get("vec_env", "")))
 
 
+def _in_one_line(error: BaseException, limit: int = 300) -> str:
+    """``error``'s text on one line, at most ``limit`` characters: a state dict's mismatch names
+    its first keys (torch's first line only says that there were errors)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    text = " ".join(lines) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _starts(episode_start) -> np.ndarray:
     """``episode_start`` as a flat bool array; a UserError unless it holds booleans (or 0 and 1)."""
     starts = np.asarray(episode_start)
@@ -242,14 +253,19 @@ def _starts(episode_start) -> np.ndarray:
     return starts.astype(bool).reshape(-1)
 
 
-def _below_start(space: gym.Space, observation) -> bool:
-    """Whether a Discrete part of ``observation`` (one, or a batch) is below its space's ``start``."""
-    if isinstance(space, gym.spaces.Discrete):
-        return bool(np.any(np.asarray(observation) < space.start))
+def _outside_discrete(space: gym.Space, observation) -> bool:
+    """Whether a Discrete, MultiDiscrete or MultiBinary part of ``observation`` (one, or a batch)
+    holds a value its space does not: gymnasium's ``flatten`` one-hot encodes a Discrete below its
+    start from the end, and a MultiDiscrete's entry outside its range as part of its neighbour's."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        values = np.asarray(observation)
+        return bool(np.any(values < space.start) or np.any(values >= space.start + (space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)))
+    if isinstance(space, gym.spaces.MultiBinary):
+        return bool(np.any((np.asarray(observation) != 0) & (np.asarray(observation) != 1)))
     if isinstance(space, gym.spaces.Dict):
-        return any(_below_start(part, observation[key]) for key, part in space.spaces.items())
+        return any(_outside_discrete(part, observation[key]) for key, part in space.spaces.items())
     if isinstance(space, gym.spaces.Tuple):
-        return any(_below_start(part, item) for part, item in zip(space.spaces, observation))
+        return any(_outside_discrete(part, item) for part, item in zip(space.spaces, observation))
     return False
 
 
