@@ -142,6 +142,26 @@ def test_a_callable_run_resumes_from_python_and_the_scripts_say_how(tmp_path):
         acer_sync.train(CountedCartPole(), resume=run_dir, total_timesteps=600)
 
 
+def make_cartpole_of(length: int) -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=length)
+
+
+def test_a_run_of_one_of_two_partials_resumes_only_with_its_own(tmp_path):
+    # Partials share one id: after run B of partial(make, 11), a resume of run A without env
+    # trained on B's env, and load(A) said A's network did not fit "its env" (B's).
+    import functools
+
+    short, long = functools.partial(make_cartpole_of, 5), functools.partial(make_cartpole_of, 11)
+    run_a = acer_sync.train(short, run_dir=tmp_path / "a", progress_bar=False, **SMALL)
+    acer_sync.train(long, run_dir=tmp_path / "b", progress_bar=False, **SMALL)
+    with pytest.raises(acer_sync.UserError, match="registered several callables named .*functools.partial.* pass the run's own"):
+        acer_sync.train(resume=run_a, total_timesteps=400, progress_bar=False)
+    assert acer_sync.load(run_a).predict(np.zeros(4, np.float32))[0] in (0, 1)
+    again = functools.partial(make_cartpole_of, 5)  # equal to run A's: its env
+    assert acer_sync.train(again, resume=run_a, total_timesteps=400, progress_bar=False) == run_a
+    assert {float(row["mean_episode_length"]) for row in read_progress(run_a)} == {5.0}
+
+
 def test_an_id_run_resumes_through_the_api(runs, tmp_path):
     import shutil
 

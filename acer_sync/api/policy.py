@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from gymnasium.vector.utils import batch_space, iterate
 
+from acer_sync.api.runs import callable_is_shared
 from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
 from acer_sync.nets.build import model_spec, select_device
@@ -296,7 +297,10 @@ def _batch_size(space: gym.Space, observation) -> int | None:
 def check_env_fits(path, payload: dict) -> EnvInfo | None:
     """The env a checkpoint names, or a UserError where it is not the one its network was built for
     (its observations, actions or settings give another network). None for an env that cannot be
-    made here (a callable of another process, a module not importable here): it is not checked."""
+    made here (a callable of another process, a module not importable here), or that names one of
+    several callables this process registered under one name: it is not checked."""
+    if callable_is_shared(str(payload["env_id"])):
+        return None
     try:
         info = env_info(str(payload["env_id"]), dict(payload["config"]["env_kwargs"]))
         expected = model_spec(info, Config(**payload["config"]))

@@ -18,6 +18,7 @@ training and for evaluation, comes from it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -291,7 +292,12 @@ def is_callable_env(env_id: str) -> bool:
 
 def register_callable(make_env: Callable[[], gym.Env]) -> str:
     """Register ``make_env`` with gymnasium (replacing an earlier callable of the same name) and
-    return its id; ``gym.make`` of that id, here or in a forked worker, calls ``make_env()``."""
+    return its id; ``gym.make`` of that id, here or in a forked worker, calls ``make_env()``.
+
+    Partials, lambdas and the instances of one class share a name, so two runs of this process may
+    have registered different callables under one id: the id is then marked shared
+    ([`callable_is_shared`][]), and what only the id names (a resume without ``env``, load's check
+    of the env) cannot tell which callable a run was trained on."""
     env_id = callable_env_id(make_env)
 
     def make(**kwargs) -> gym.Env:
@@ -302,9 +308,31 @@ def register_callable(make_env: Callable[[], gym.Env]) -> str:
             raise UserError(f"the env callable {env_id.split('/', 1)[1]} returned {type(env).__name__}, not a gymnasium env")
         return env
 
+    earlier = gym.registry.get(env_id)
+    earlier_make = getattr(earlier.entry_point, "make_env", None) if earlier is not None else None
+    make.make_env = make_env
+    make.shared = earlier is not None and (getattr(earlier.entry_point, "shared", False) or not _same_callable(earlier_make, make_env))
     gym.registry.pop(env_id, None)
     gym.register(env_id, entry_point=make)
     return env_id
+
+
+def _same_callable(first, second) -> bool:
+    """Whether two env callables are one: the same object, or partials of one function with equal arguments."""
+    if first is second:
+        return True
+    if not (isinstance(first, functools.partial) and isinstance(second, functools.partial)):
+        return False
+    try:
+        return bool(first.func is second.func and first.args == second.args and first.keywords == second.keywords)
+    except Exception:  # noqa: BLE001 - arguments whose == raises or is not a bool (arrays): not provably equal
+        return False
+
+
+def callable_is_shared(env_id: str) -> bool:
+    """Whether this process registered different callables under ``env_id`` ([`register_callable`][])."""
+    spec = gym.registry.get(env_id)
+    return spec is not None and bool(getattr(spec.entry_point, "shared", False))
 
 
 def default_run_dir(config: Config) -> Path:
@@ -383,10 +411,12 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     if conflicts:
         raise UserError("--resume conflicts with the saved config: " + "; ".join(conflicts))
     config = dataclasses.replace(saved, **{name: value for name, value in overrides.items() if name in RESUMABLE_CHANGES})
-    if is_callable_env(config.env) and config.env not in gym.registry:
+    if is_callable_env(config.env) and (config.env not in gym.registry or env is None and callable_is_shared(config.env)):
         name = config.env.split("/", 1)[1]
+        shared = (f"; this process registered several callables named {name} (partials, lambdas and the instances of "
+                  "one class share a name), so pass the run's own" if config.env in gym.registry else "")
         raise UserError(
-            f"{run_dir} was trained on the env that the Python callable {name} makes; resume it from Python "
+            f"{run_dir} was trained on the env that the Python callable {name} makes{shared}; resume it from Python "
             f"with acer_sync.train({name.rsplit('.', 1)[-1]}, resume={str(run_dir)!r})"
         )
     check_recorded_config(run_dir, saved)
