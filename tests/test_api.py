@@ -370,3 +370,16 @@ def test_a_run_gives_the_callers_torch_thread_count_back(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_save_buffer_may_change_on_a_resume(tmp_path):
+    # It was refused ("--save-buffer True (the run used False)"), though it changes nothing the run learns.
+    from acer_sync.training.checkpoint import BUFFER_FILE
+
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **SMALL)
+    buffer = run_dir / "checkpoints" / BUFFER_FILE
+    assert not buffer.exists()
+    acer_sync.train(resume=run_dir, total_timesteps=400, save_buffer=True, progress_bar=False)
+    assert buffer.exists() and load_checkpoint(run_dir)["config"]["save_buffer"] is True
+    acer_sync.train(resume=run_dir, total_timesteps=600, save_buffer=False, progress_bar=False)
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 600

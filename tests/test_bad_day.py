@@ -514,6 +514,23 @@ def test_a_damaged_buffer_is_refused(run_copy):
     refused_resume(run_copy, r"cannot restore the replay buffer from .*buffer.npz: .*; move it away")
 
 
+def test_a_buffer_file_that_holds_one_array_or_a_damaged_zip_header_is_refused_in_one_line(run_copy):
+    # np.load of a .npy gave "'numpy.ndarray' object does not support the context manager protocol";
+    # a damaged zip header a NotImplementedError traceback ("That compression method is not supported")
+    path = run_copy / "checkpoints" / BUFFER_FILE
+    saved = path.read_bytes()
+    np.save(run_copy / "one.npy", np.zeros(3))
+    path.write_bytes((run_copy / "one.npy").read_bytes())
+    refused_resume(run_copy, r"buffer.npz: it holds one array, not the npz archive")
+    entry = saved.index(b"PK\x01\x02")  # the central directory's first entry
+    while saved[entry + 46:entry + 56] != b"frames.npy":
+        entry = saved.index(b"PK\x01\x02", entry + 4)
+    damaged = bytearray(saved)
+    damaged[entry + 10] = 0x63  # its compression method: 99, which zipfile does not have
+    path.write_bytes(bytes(damaged))
+    refused_resume(run_copy, r"cannot restore the replay buffer from .*buffer.npz: .*compression.*; move it away")
+
+
 def test_buffer_counters_that_no_run_could_write_are_refused(run_copy):
     path = run_copy / "checkpoints" / BUFFER_FILE
     with np.load(path) as saved:

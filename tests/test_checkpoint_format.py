@@ -171,3 +171,12 @@ def test_a_dict_space_keeps_the_envs_own_order_of_its_keys():
 def test_data_that_is_no_observation_space_is_a_value_error(data):
     with pytest.raises(ValueError, match="^not an observation space's data"):
         space_from_data(data)
+
+
+def test_a_flipped_bit_in_the_pickle_that_torch_asserts_on_is_a_one_line_error(tmp_path):
+    # torch's unpickler asserted ("saved_id must be a tuple, got int"), a traceback
+    data = bytearray((ROOT / "tests/data/format2/cartpole_mlp/checkpoints/latest.pt").read_bytes())
+    data[2195] ^= 0x01
+    (tmp_path / "latest.pt").write_bytes(bytes(data))
+    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(AssertionError\)"):
+        load_checkpoint(tmp_path / "latest.pt")

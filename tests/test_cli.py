@@ -163,6 +163,8 @@ def test_resume_refuses_conflicting_flags(pong_run):
         (["--replay-ratio", "-1"], "--replay-ratio must be"),
         (["--delta", "0"], "--delta must be"),
         (["--buffer-size", "10"], "--buffer-size (10) must hold at least one segment"),
+        # the buffer holds whole segments: 110 steps hold 100, and replay never started
+        (["--buffer-size", "110", "--replay-start", "110"], "exceeds what --buffer-size (110) holds in whole segments of --nsteps (100)"),
         (["--buffer-size", "100000000"], "lower --buffer-size"),
         (["--num-envs", "many"], "invalid int value"),
     ],

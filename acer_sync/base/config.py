@@ -34,7 +34,7 @@ REPLAY_DEVICES = ("auto", "cpu", "cuda")
 #: how long, on what and how the run computes, and where it reports. ``--help`` marks them.
 RESUMABLE_CHANGES = (
     "total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline", "replay_device",
-    "track", "wandb_project", "wandb_entity",
+    "track", "wandb_project", "wandb_entity", "save_buffer",
 )
 #: What the values of a setting's earlier type mean now: ``compile`` was a bool (true: the network's passes).
 LEGACY_VALUES = {"compile": {True: "network", False: "off"}}
@@ -309,9 +309,11 @@ def validate(config: Config) -> list[str]:
         config.buffer_size >= config.nsteps,
         f"--buffer-size ({config.buffer_size}) must hold at least one segment of --nsteps ({config.nsteps}) steps",
     )
+    held = config.buffer_size // config.nsteps * config.nsteps if config.nsteps >= 1 else config.buffer_size  # whole segments
     need(
-        config.replay_ratio == 0 or config.replay_start <= config.buffer_size,
-        f"--replay-start ({config.replay_start}) exceeds --buffer-size ({config.buffer_size}), so replay would never start",
+        config.replay_ratio == 0 or config.replay_start <= held,
+        f"--replay-start ({config.replay_start}) exceeds what --buffer-size ({config.buffer_size}) holds"
+        + (f" in whole segments of --nsteps ({held})" if held != config.buffer_size else "") + ", so replay would never start",
     )
     need(config.log_interval >= 1, "--log-interval must be >= 1")
     need(math.isfinite(config.log_seconds) and config.log_seconds >= 0, "--log-seconds must be finite and >= 0 (0: by --log-interval only)")

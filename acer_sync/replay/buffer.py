@@ -32,6 +32,7 @@ bytes (categorical, feed-forward).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
@@ -65,16 +66,90 @@ class Field:
 BUFFER_FORMAT = 2
 
 
-def migrate_buffer(arrays) -> dict[str, np.ndarray]:
-    """A saved buffer's arrays of any earlier format, in the current one: format 1's first files,
-    written before time limits were bootstrapped, lack ``timeout_values`` (zeros, as they behaved).
-    Format 2 adds ``format``. A ValueError for a format newer than this version's."""
-    arrays = {name: arrays[name] for name in arrays}
-    version = int(arrays.pop("format", 1))
+#: How much of a saved array is read at a time into the buffer (:meth:`SavedArrays.copy_into`).
+READ_CHUNK_BYTES = 8 << 20
+
+
+class SavedArrays(Mapping):
+    """A saved buffer's arrays by name, read one at a time, when asked: from an ``np.load`` of an
+    npz file (read straight into the buffer's arrays in chunks, so a resume needs the buffer's
+    memory once, not twice), or from a dict of arrays."""
+
+    def __init__(self, source):
+        self.source = source
+        self.extra: dict[str, np.ndarray] = {}  # arrays a migration adds
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.extra[name] if name in self.extra else np.asarray(self.source[name])
+
+    def __contains__(self, name) -> bool:  # Mapping's would read the array
+        return name in self.extra or name in self.source
+
+    def __iter__(self):
+        return iter([*self.source, *(name for name in self.extra if name not in self.source)])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+    def _member(self, name: str):
+        """The npz member of ``name``, open, past its header, with ``(shape, dtype)``; None where the
+        source is not an npz file, or the member is a layout read whole (Fortran order, format 3)."""
+        archive = getattr(self.source, "zip", None)
+        if archive is None or name in self.extra:
+            return None
+        member = archive.open(f"{name}.npy")
+        version = np.lib.format.read_magic(member)
+        if version not in ((1, 0), (2, 0)):
+            member.close()
+            return None
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read_header(member)
+        if fortran_order or dtype.hasobject:
+            member.close()
+            return None
+        return member, tuple(shape), dtype
+
+    def meta(self, name: str) -> tuple[tuple[int, ...], np.dtype]:
+        """``name``'s shape and dtype, from its header where it has one (nothing else is read)."""
+        opened = self._member(name)
+        if opened is None:
+            array = self[name]
+            return tuple(array.shape), array.dtype
+        member, shape, dtype = opened
+        member.close()
+        return shape, dtype
+
+    def copy_into(self, name: str, target: np.ndarray) -> None:
+        """``target[...] = self[name]``, of a matching shape and dtype, without holding the whole
+        array twice in memory where the source is an npz file and ``target`` is contiguous."""
+        opened = self._member(name) if target.flags.c_contiguous else None
+        if opened is None:
+            target[...] = self[name]
+            return
+        member, _, _ = opened
+        with member:
+            view = memoryview(target.reshape(-1).view(np.uint8))
+            done = 0
+            while done < len(view):
+                chunk = member.read(min(READ_CHUNK_BYTES, len(view) - done))
+                if not chunk:
+                    raise ValueError(f"{name} ends after {done} of its {len(view)} bytes")
+                view[done:done + len(chunk)] = chunk
+                done += len(chunk)
+            member.read(1)  # at its end: the zip's CRC check runs here
+
+
+def migrate_buffer(arrays) -> SavedArrays:
+    """A saved buffer's arrays of any earlier format, in the current one (read lazily:
+    :class:`SavedArrays`): format 1's first files, written before time limits were bootstrapped,
+    lack ``timeout_values`` (zeros, as they behaved). Format 2 adds ``format``. A ValueError for a
+    format newer than this version's."""
+    arrays = SavedArrays(arrays)
+    version = int(arrays["format"]) if "format" in arrays else 1
     if version > BUFFER_FORMAT:
         raise ValueError(f"it has buffer format {version}, newer than this version's ({BUFFER_FORMAT})")
     if "timeout_values" not in arrays and "dones" in arrays:
-        arrays["timeout_values"] = np.zeros(arrays["dones"].shape, dtype=np.float32)
+        arrays.extra["timeout_values"] = np.zeros(arrays.meta("dones")[0], dtype=np.float32)
     return arrays
 
 
@@ -376,8 +451,9 @@ class ReplayBuffer:
             if name not in arrays:
                 raise ValueError(f"the saved buffer has no {name}")
             expected = numpy_dtype(target.dtype) if isinstance(target, torch.Tensor) else target.dtype
-            if tuple(arrays[name].shape) != tuple(target.shape) or arrays[name].dtype != expected:
-                raise ValueError(f"{name} is {arrays[name].shape} {arrays[name].dtype}, expected {tuple(target.shape)} {expected}")
+            shape, dtype = arrays.meta(name)
+            if shape != tuple(target.shape) or dtype != expected:
+                raise ValueError(f"{name} is {shape} {dtype}, expected {tuple(target.shape)} {expected}")
         counters = np.asarray(arrays["counters"])
         if counters.shape != (2,):
             raise ValueError(f"counters is {counters.shape}, expected (2,)")
@@ -390,11 +466,11 @@ class ReplayBuffer:
                 f"its counters ({steps_written} steps written, {segments_stored} segments stored) do not fit a buffer "
                 f"of {self.nsegments} segments of {self.nsteps} steps"
             )
-        for name, target in targets.items():
+        for name, target in targets.items():  # one array at a time
             if isinstance(target, torch.Tensor):
-                target.copy_(torch.from_numpy(np.asarray(arrays[name])))
+                target.copy_(torch.from_numpy(arrays[name]))
             else:
-                target[...] = arrays[name]
+                arrays.copy_into(name, target)
         self.steps_written, self.segments_stored = steps_written, segments_stored
         if self.segments_stored:
             last_step = (self.steps_written - 1) % self.step_capacity

@@ -192,9 +192,10 @@ def load_checkpoint(path: str | Path) -> dict:
         if error.errno == errno.EINVAL:  # torch's zip reader on some truncated files (a CartPole checkpoint cut in half)
             raise _unreadable(path, "EINVAL") from None
         raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
-    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, MemoryError, zipfile.BadZipFile) as error:
+    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, MemoryError, AssertionError,
+            NotImplementedError, zipfile.BadZipFile) as error:
         # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError;
-        # an array of a size no checkpoint has: MemoryError)
+        # an array of a size no checkpoint has: MemoryError; a flipped bit in the pickle: AssertionError)
         raise _unreadable(path, type(error).__name__) from None
     version = payload.get("format") if isinstance(payload, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
@@ -463,7 +464,10 @@ def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
     if not path.exists():
         return "no saved replay buffer, so it starts empty on resume"
     try:
-        with np.load(path, allow_pickle=False) as arrays:
+        arrays = np.load(path, allow_pickle=False)
+        if not isinstance(arrays, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not the npz archive of arrays that a buffer is saved as")
+        with arrays:
             saved_step = int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
             if saved_step is not None and saved_step != timesteps:
                 return (
@@ -471,7 +475,8 @@ def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
                     "not used: replay starts empty"
                 )
             buffer.load_state(arrays)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, NotImplementedError, TypeError) as error:
+        # a damaged zip's header can name a zip version or a compression it does not have
         raise UserError(
             f"cannot restore the replay buffer from {path}: {str(error).strip() or type(error).__name__}; move it "
             "away to resume with an empty replay"
