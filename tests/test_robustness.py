@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import acer_sync
 from acer_sync.base.config import build_config
 from acer_sync.base.errors import EXIT_CODES, REPEAT_SECONDS, WriteFailed, exit_code
 from acer_sync.base.outcome import Stop
@@ -470,3 +471,28 @@ def test_ctrl_c_while_the_stopped_trainer_is_freed_exits_130_in_silence(tmp_path
         "run_cli(main, 'freed.py')\n"
     )
     assert_ctrl_c_during_slow_clean_up_exits_130_at_once(script, "freeing")
+
+
+def test_a_buffer_save_removes_the_stale_one_first_and_a_run_ending_on_a_checkpoint_writes_it_once(tmp_path, monkeypatch):
+    # latest.pt is written first, so the old buffer.npz was already unusable, yet it stayed on disk
+    # while the new one was written (twice the buffer's disk); and a run whose last step was a
+    # checkpoint's wrote the buffer twice there.
+    import acer_sync.training.callbacks as callbacks_module
+    from acer_sync.training.checkpoint import BUFFER_FILE
+
+    writes, original = [], callbacks_module.save_buffer
+
+    def watched(directory, buffer, timesteps):
+        writes.append((timesteps, (directory / BUFFER_FILE).exists()))
+        original(directory, buffer, timesteps)
+
+    monkeypatch.setattr(callbacks_module, "save_buffer", watched)
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=480, checkpoint_every=160,
+                              save_buffer=True, num_envs=2, nsteps=20, vec_env="sync", device="cpu", eval_every=0,
+                              progress_bar=False)
+    assert writes == [(160, False), (320, False), (480, False)]
+    writes.clear()
+    acer_sync.train(resume=run_dir, total_timesteps=480, progress_bar=False)  # nothing left to do: the buffer stays
+    assert writes == []
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False)
+    assert writes == [(520, False)]

@@ -39,7 +39,16 @@ from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.rollout.evaluation import evaluate
 from acer_sync.rollout.video import VideoRecorder, video_env
-from acer_sync.training.checkpoint import BEST, LATEST, load_checkpoint, save_buffer, save_checkpoint, trainer_payload
+from acer_sync.training.checkpoint import (
+    BEST,
+    BUFFER_FILE,
+    LATEST,
+    load_checkpoint,
+    save_buffer,
+    save_checkpoint,
+    saved_buffer_step,
+    trainer_payload,
+)
 from acer_sync.training.logger import Logger
 from acer_sync.training.progress import progress_row
 from atari.envs import VecEnv
@@ -233,6 +242,7 @@ class CheckpointCallback(Callback):
         self.directory = Path(run_dir) / "checkpoints"
         self.config = config
         self.on_checkpoint = on_checkpoint
+        self.buffer_step: int | None = None
         try:
             self.directory.mkdir(exist_ok=True)
         except OSError as error:  # a full disk, say: the start fails in one line (WRITE_FAILED)
@@ -241,6 +251,8 @@ class CheckpointCallback(Callback):
 
     def on_training_start(self, trainer) -> None:
         self.next_checkpoint = next_multiple(trainer.timesteps, self.config.checkpoint_every)
+        #: The step of the buffer file beside the checkpoints (None: none, or unreadable).
+        self.buffer_step = saved_buffer_step(self.directory) if self.config.save_buffer else None
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if trainer.timesteps >= self.next_checkpoint and trainer.agent.nonfinite_streak == 0:
@@ -273,13 +285,24 @@ class CheckpointCallback(Callback):
                 except OSError as error:  # a file the run may not remove: it stays, and the run goes on
                     log.warning(f"cannot remove {old} (--keep-checkpoints {self.config.keep_checkpoints}): "
                                 f"{error.strerror or error}; it stays")
-        if self.config.save_buffer:
+        if self.config.save_buffer and self.buffer_step != trainer.timesteps:  # a run ending on a checkpoint's step wrote it then
+            self._remove_stale_buffer()
             save_buffer(self.directory, trainer.buffer, trainer.timesteps)
+            self.buffer_step = trainer.timesteps
         if self.on_checkpoint is not None:
             try:
                 self.on_checkpoint(self.directory / LATEST)
             except Exception as error:  # the user's code: the run ends as after a user callback's error
                 raise CallbackFailed(error) from error
+
+    def _remove_stale_buffer(self) -> None:
+        """Remove the buffer file of an earlier step before writing this one's: ``latest.pt`` has
+        moved past it, so no resume can use it, and it would double the disk the write needs."""
+        stale = self.directory / BUFFER_FILE
+        try:
+            stale.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning(f"cannot remove the stale {stale}: {error.strerror or error}; it stays until the new one replaces it")
 
     def save_best(self, trainer) -> None:
         save_checkpoint(self.directory / BEST, trainer_payload(trainer))

@@ -455,6 +455,16 @@ def save_buffer(directory: Path, buffer, timesteps: int) -> None:
         raise WriteFailed(directory / BUFFER_FILE, error) from None
 
 
+def saved_buffer_step(directory: Path) -> int | None:
+    """The checkpoint step of the buffer file in ``directory`` (read from its small
+    ``checkpoint_step`` array alone); None where there is none, or it cannot be read."""
+    try:
+        with np.load(Path(directory) / BUFFER_FILE, allow_pickle=False) as arrays:
+            return int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
+    except Exception:  # noqa: BLE001 - missing, damaged or another kind of file: the next save replaces it
+        return None
+
+
 def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
     """Restore the buffer saved beside a run's checkpoint at step ``timesteps``, if any; says what
     happened. A buffer saved at another step (a save cut short by a signal, a kill or a full
