@@ -47,12 +47,13 @@ def write_run(run_dir: Path, env: str = "PongNoFrameskip-v4", seed: int = 0, lr:
 
 
 def pong_runs(tmp_path: Path) -> list[Path]:
-    """Three seeds of one config (one with another device and length), and one run with another lr."""
+    """Three seeds of one config (one with another device and length), and one run with another lr;
+    at the Atari preset's constant learning rate, as their config.json record it."""
     return [
-        write_run(tmp_path / "pong_s0", seed=0),
-        write_run(tmp_path / "pong_s1", seed=1, device="cuda"),
-        write_run(tmp_path / "pong_s2", seed=2, total_timesteps=5_000_000),
-        write_run(tmp_path / "pong_lr", seed=0, lr=1e-3, evaluated=False),
+        write_run(tmp_path / "pong_s0", seed=0, lr_schedule="constant"),
+        write_run(tmp_path / "pong_s1", seed=1, device="cuda", lr_schedule="constant"),
+        write_run(tmp_path / "pong_s2", seed=2, total_timesteps=5_000_000, lr_schedule="constant"),
+        write_run(tmp_path / "pong_lr", seed=0, lr=1e-3, evaluated=False, lr_schedule="constant"),
     ]
 
 
@@ -86,6 +87,17 @@ def test_runs_differing_only_in_seed_device_or_length_form_one_group(tmp_path):
     groups = plot.group_runs([plot.load_run(path) for path in pong_runs(tmp_path)])
     assert [len(group.runs) for group in groups] == [3, 1]
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["lr=0.0007", "lr=0.001"]
+
+
+def test_under_a_linear_learning_rate_runs_of_another_length_are_not_one_group(tmp_path):
+    # the schedule falls to 0 at total_timesteps: at step 1,600 a 2,000-step run's rate was 0.00028,
+    # a 20,000-step run's 0.000928, and plot.py averaged them as two seeds of one config
+    runs = [write_run(tmp_path / "short", env="CartPole-v1", total_timesteps=2_000, lr_schedule="linear"),
+            write_run(tmp_path / "long", env="CartPole-v1", seed=1, total_timesteps=20_000, lr_schedule="linear"),
+            write_run(tmp_path / "long_s2", env="CartPole-v1", seed=2, total_timesteps=20_000, lr_schedule="linear")]
+    groups = plot.group_runs([plot.load_run(path) for path in runs])
+    assert [len(group.runs) for group in groups] == [1, 2]
+    assert [plot.distinguishing_text(group, groups) for group in groups] == ["total_timesteps=2000", "total_timesteps=20000"]
 
 
 def test_greedy_and_sampled_evaluations_are_not_one_group(tmp_path):

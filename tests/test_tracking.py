@@ -237,3 +237,14 @@ def test_a_video_that_cannot_be_opened_stops_the_run_as_a_failed_write(tmp_path)
     assert outcome.stop is Stop.WRITE_FAILED and outcome.timesteps == 100
     assert "step_0000000100.mp4: opencv cannot open an mp4 there" in outcome.error
     assert outcome.error.endswith("checkpoints/latest.pt holds step 50")
+
+
+def test_plot_and_sweep_without_their_extras_are_one_line_errors(tmp_path):
+    # after pip install . without [plot] or [sweep]: tracebacks ("No module named 'matplotlib'", 'ray')
+    run_dir = tmp_path / "run"
+    trained = run([ROOT / "train.py", "--env", "CartPole-v1", "--total-timesteps", "400", "--no-progress", "--run-dir", run_dir])
+    assert trained.returncode == 0, trained.stderr
+    plotted = run(without(["matplotlib"], "plot", run_dir, "--out", tmp_path / "out.png"))
+    assert 'matplotlib, which is not installed: pip install matplotlib (or the plot extra: pip install ".[plot]")' in one_line_error(plotted)
+    swept = run(without(["ray"], "sweep", ROOT / "configs" / "cartpole-rr.yaml", "--runs-dir", tmp_path / "sweeps"))
+    assert 'Ray Tune, which is not installed' in one_line_error(swept) and not (tmp_path / "sweeps").exists()

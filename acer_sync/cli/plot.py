@@ -26,7 +26,8 @@ from acer_sync.base.config import setting_defaults
 from acer_sync.base.errors import UserError
 from acer_sync.cli.args import OneLineParser
 
-#: Settings that do not change what is learned: the seed, the run length, and bookkeeping.
+#: Settings that do not change what is learned: the seed, the run length (with a constant learning
+#: rate: a schedule is stretched over it, see :func:`group_runs`), and bookkeeping.
 IGNORED_FOR_GROUPING = (
     "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "replay_device", "log_interval", "log_seconds",
     "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "env_timeout", "eval_every", "eval_episodes",
@@ -176,14 +177,17 @@ def has_a_row(csv_path: Path) -> bool:
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
-    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING`, and
-    :data:`MEMORY_SETTINGS` for networks without memory; first-seen order.
+    """Runs grouped by env and config, ignoring :data:`IGNORED_FOR_GROUPING` (but not the run's
+    length under a learning-rate schedule, which it stretches), and :data:`MEMORY_SETTINGS` for
+    networks without memory; first-seen order.
     A setting a config lacks counts as its default (:data:`SETTING_DEFAULTS`)."""
     groups: dict[str, Group] = {}
     for run in runs:
         config = {**SETTING_DEFAULTS, **run.config}
         ignored = (*IGNORED_FOR_GROUPING, "env", *(() if config["network"] in ("lstm", "cnn_lstm") else MEMORY_SETTINGS),
                    *(() if config["eval_every"] else ("eval_greedy",)))  # it means nothing without evaluations
+        if config["lr_schedule"] != "constant":  # the rate at each step depends on the run's length
+            ignored = tuple(name for name in ignored if name != "total_timesteps")
         settings = {key: value for key, value in config.items() if key not in ignored}
         key = json.dumps([run.env, settings], sort_keys=True, default=str)
         previous = groups.get(key)
@@ -353,9 +357,9 @@ def build_figure(groups: list[Group], texts: list[str], axis: str, window: int, 
 
 def draw(groups: list[Group], texts: list[str], axis: str, window: int, out: Path, reference: bool = True) -> None:
     """Write :func:`build_figure`'s figure to ``out`` as a PNG."""
+    figure = build_figure(groups, texts, axis, window, reference)  # a one-line error without matplotlib
     import matplotlib.pyplot as plt
 
-    figure = build_figure(groups, texts, axis, window, reference)
     try:
         figure.savefig(out, format="png")
     except (OSError, ValueError) as error:

@@ -10,6 +10,7 @@ every node mounts at the same path.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -49,10 +50,17 @@ def main(argv: list[str] | None = None, prog: str = "sweep.py") -> int:
         raise UserError(f"--stop-wait must be a number of seconds >= 0, got {args.stop_wait}")
     if ".." in args.runs_dir.parts:
         raise UserError(f"--runs-dir {args.runs_dir} contains '..'; give the directory without parent references")
+    try:
+        from acer_sync.sweeps.launch import run_sweep
+    except ImportError as error:
+        missing = error.name or (re.findall(r"No module named '([^']+)'", str(error)) or [""])[0]
+        if missing.split(".")[0] != "ray":
+            raise
+        raise UserError("sweep.py runs its trials on Ray Tune, which is not installed: pip install \"ray[tune]==2.60.0\" "
+                        "(or the sweep extra: pip install \".[sweep]\")") from None
     print(f"sweep {sweep.name}: {len(sweep.trials)} trials, {sweep.cpus} CPU and {sweep.gpus:g} GPU each, "
           f"in {args.runs_dir / sweep.name}", flush=True)
 
-    from acer_sync.sweeps.launch import run_sweep
     from acer_sync.sweeps.summary import write_summary
 
     def report(outcomes):  # while Ray is still up: its teardown has crashed the driver
