@@ -39,7 +39,7 @@ MEMORY_SETTINGS = ("lstm_size", "lstm_norm", "replay_state")
 #: its default does (``reward_scale`` 1, no observation normalization, ...).
 SETTING_DEFAULTS = setting_defaults()
 REQUIRED_COLUMNS = ("total_timesteps", "mean_episode_reward")
-USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean", "updates")
+USED_COLUMNS = (*REQUIRED_COLUMNS, "time_elapsed", "eval_mean", "updates", "episodes")
 PUBLISHED_LABEL = "published ACER (PPO paper Table 6, 10M steps)"
 BASELINES_LABEL = "Baselines ACER (Atari10M benchmark, 6 runs)"
 FRAMES_PER_ATARI_STEP = 4

@@ -81,11 +81,18 @@ def summary_line(outcome: Outcome, prog: str) -> str:
         columns = read_progress(outcome.run_dir / "progress.csv")
     except UserError:  # no row was written (a run stopped before its first)
         columns = {}
-    means = [value for value in columns.get("mean_episode_reward", []) if math.isfinite(value)]
+    rewards = columns.get("mean_episode_reward", [])
+    episodes = columns.get("episodes", [math.inf] * len(rewards))  # a progress.csv without the column: taken as full
+    means = [value for value in rewards if math.isfinite(value)]
+    full = [value for value, count in zip(rewards, episodes) if math.isfinite(value) and count >= 100]
     times = [value for value in columns.get("time_elapsed", []) if math.isfinite(value)]
     parts = [f"{outcome.timesteps:,} steps" + (f" in {format_seconds(times[-1])}" if times else "")]
-    parts.append(f"mean return {means[-1]:.2f} at the end, best {max(means):.2f} (100-episode means)" if means
-                 else "no episode ended")
+    if full:  # the episode count only grows: the last row is one of them
+        parts.append(f"mean return {full[-1]:.2f} at the end, best {max(full):.2f} (100-episode means)")
+    elif means:
+        parts.append(f"mean return {means[-1]:.2f} at the end, best {max(means):.2f} (means of under 100 episodes)")
+    else:
+        parts.append("no episode ended")
     evals = [value for value in columns.get("eval_mean", []) if math.isfinite(value)]
     if evals:
         parts.append(f"best evaluation {max(evals):.2f}")
