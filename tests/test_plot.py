@@ -100,6 +100,18 @@ def test_under_a_linear_learning_rate_runs_of_another_length_are_not_one_group(t
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["total_timesteps=2000", "total_timesteps=20000"]
 
 
+def test_the_summary_takes_every_seeds_mean_where_the_shortest_seed_ends(tmp_path):
+    # it averaged seed 0 at its last row with seed 1 at its own, and named the longest seed's steps
+    runs = [write_run(tmp_path / "s0", rows=30, lr_schedule="constant"),
+            write_run(tmp_path / "s1", seed=1, rows=20, lr_schedule="constant")]
+    group, = plot.group_runs([plot.load_run(path) for path in runs])
+    line = plot.summary_line(group, "")
+    shortest_end = 20 * STEPS_PER_ROW
+    # reward = -20 + row/2 + seed: at row 19, -10.5 and -9.5
+    assert "final 100-episode mean -10.00" in line
+    assert f"steps {shortest_end:,} (where every seed has rows; the longest {30 * STEPS_PER_ROW:,})" in line
+
+
 def test_greedy_and_sampled_evaluations_are_not_one_group(tmp_path):
     runs = [write_run(tmp_path / "sampled"), write_run(tmp_path / "greedy", seed=1, eval_greedy=True)]
     groups = plot.group_runs([plot.load_run(path) for path in runs])
