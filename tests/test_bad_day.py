@@ -681,3 +681,20 @@ def test_a_resume_writes_a_missing_config_json_again(run_copy):
     acer_sync.train(resume=run_copy, total_timesteps=520, verbose=0)
     recorded = json.loads((run_copy / "config.json").read_text())
     assert recorded["config"]["total_timesteps"] == 520 and recorded["config"]["num_envs"] == SMALL["num_envs"]
+
+
+def test_a_resume_from_an_older_step_copy_sets_the_later_copies_aside(run_copy):
+    # After a roll-back the copies past its step stayed: a damaged latest.pt later named one of the
+    # left history ("go back there"), and --keep-checkpoints, sorting by name, kept them over the new ones.
+    copies = sorted((run_copy / "checkpoints").glob("step_*.pt"))
+    assert len(copies) >= 2
+    oldest, newest = copies[0], copies[-1]
+    back_to, left_at = int(oldest.stem.removeprefix("step_")), int(newest.stem.removeprefix("step_"))
+    shutil.copyfile(oldest, run_copy / "checkpoints" / LATEST)
+    acer_sync.train(resume=run_copy, total_timesteps=back_to + 40, verbose=0)
+    aside = run_copy / "checkpoints" / f"rolled_back_from_step_{left_at}"
+    assert sorted(path.name for path in aside.iterdir()) == [path.name for path in copies[1:]]
+    assert [path.name for path in (run_copy / "checkpoints").glob("step_*.pt")] == [oldest.name]
+    latest = run_copy / "checkpoints" / LATEST
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
+    refused_resume(run_copy, rf"corrupt or truncated.*; {oldest.name} beside it holds step {back_to}: copy it")

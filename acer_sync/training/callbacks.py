@@ -226,6 +226,12 @@ def plain_state(value, key: str, where: str = ""):
     )
 
 
+def step_of_copy(path: Path) -> int:
+    """The step of a ``step_<N>.pt`` checkpoint copy (-1 for a name not of that form)."""
+    digits = path.stem.removeprefix("step_")
+    return int(digits) if digits.isdigit() else -1
+
+
 def next_multiple(value: int, every: int) -> int:
     """The first multiple of ``every`` above ``value``."""
     return (value // every + 1) * every
@@ -251,6 +257,7 @@ class CheckpointCallback(Callback):
 
     def on_training_start(self, trainer) -> None:
         self.next_checkpoint = next_multiple(trainer.timesteps, self.config.checkpoint_every)
+        self._set_aside_a_rolled_back_history(trainer.timesteps)
         #: The step of the buffer file beside the checkpoints (None: none, or unreadable).
         self.buffer_step = saved_buffer_step(self.directory) if self.config.save_buffer else None
 
@@ -294,6 +301,25 @@ class CheckpointCallback(Callback):
                 self.on_checkpoint(self.directory / LATEST)
             except Exception as error:  # the user's code: the run ends as after a user callback's error
                 raise CallbackFailed(error) from error
+
+    def _set_aside_a_rolled_back_history(self, step: int) -> None:
+        """A run resumed from a step copy put back as ``latest.pt`` (docs/checkpoints.md): the
+        copies past its step belong to the history it left. They go to a folder of their own, where
+        no hint names them and the pruning of ``--keep-checkpoints`` does not keep them over the new
+        history's (both sort by name)."""
+        later = sorted(path for path in self.directory.glob("step_*.pt") if step_of_copy(path) > step)
+        if not later:
+            return
+        aside = self.directory / f"rolled_back_from_step_{step_of_copy(later[-1])}"
+        try:
+            aside.mkdir(exist_ok=True)
+            for path in later:
+                path.rename(aside / path.name)
+        except OSError as error:
+            log.warning(f"cannot move the step copies past step {step} to {aside}: {error.strerror or error}")
+            return
+        log.info(f"resumed at step {step}: the {len(later)} step copies past it, of the history rolled back "
+                 f"from, are now in {aside}")
 
     def _remove_stale_buffer(self) -> None:
         """Remove the buffer file of an earlier step before writing this one's: ``latest.pt`` has
