@@ -56,7 +56,8 @@ ALE_VECTOR_KWARGS = ("repeat_action_probability", "full_action_space", "max_num_
 SUPPORTED_OBSERVATIONS = (
     "Box, Discrete, MultiDiscrete, MultiBinary, and Tuple and Dict of these (flattened into one vector, "
     f"one-hot for the discrete ones), uint8 images (H, W), (H, W, C) or (C, H, W) of at least "
-    f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}, and Tuple and Dict of images and those (one part each)"
+    f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (pixels: the bounds 0 and 255; a torso of your own takes smaller ones), "
+    "and Tuple and Dict of images and those (one part each)"
 )
 
 
@@ -198,6 +199,16 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             f"{env_id} has action space {action_space}; acer_sync supports Box actions only as a flat "
             "vector with finite bounds"
         )
+    if continuous and not np.issubdtype(action_space.dtype, np.floating):
+        raise UserError(
+            f"{env_id} has action space {action_space}: a Box of {action_space.dtype} takes whole numbers, and a "
+            "Gaussian policy gives real ones; give the env a float Box (or Discrete actions)"
+        )
+    if continuous and not np.all(np.asarray(action_space.high) > np.asarray(action_space.low)):
+        raise UserError(
+            f"{env_id} has action space {action_space}: a dimension whose low is not below its high leaves the "
+            "policy nothing to choose there; leave that dimension out of the env's actions"
+        )
     if not continuous and not isinstance(action_space, gym.spaces.Discrete):
         raise UserError(
             f"{env_id} has a {type(action_space).__name__} action space; acer_sync supports "
@@ -232,14 +243,21 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
 
 
 def image_layout(space: gym.Space) -> str | None:
-    """How a uint8 Box of rank 2 or 3 holds an image: ``"hw"`` (one channel), ``"hwc"``
-    (channels last, gymnasium's layout for RGB frames) or, when the first axis is shorter than the
-    last, ``"chw"`` (channels first); None for any other space."""
-    if not isinstance(space, gym.spaces.Box) or space.dtype != np.uint8 or len(space.shape) not in (2, 3):
+    """How a uint8 Box of rank 2 or 3 with the bounds 0 and 255 holds an image, as SB3 tells one:
+    ``"hw"`` (one channel), ``"hwc"`` (channels last, gymnasium's layout for RGB frames) or, when
+    the first axis is shorter than the last, ``"chw"`` (channels first); None for any other space
+    (a uint8 grid of cell codes, bounded 0 and 2, is numbers to flatten, not pixels)."""
+    if not is_pixel_box(space) or len(space.shape) not in (2, 3):
         return None
     if len(space.shape) == 2:
         return "hw"
     return "chw" if space.shape[0] < space.shape[-1] else "hwc"
+
+
+def is_pixel_box(space: gym.Space) -> bool:
+    """A uint8 Box whose every bound is 0 and 255: pixels."""
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+            and bool(np.all(space.low == 0)) and bool(np.all(space.high == 255)))
 
 
 def unsupported_part(space: gym.Space) -> gym.Space | None:
@@ -262,15 +280,21 @@ def image_size(space: gym.spaces.Box, layout: str) -> tuple[int, int, int]:
     return space.shape
 
 
-def check_image_side(space: gym.spaces.Box, layout: str, env_id: str, what: str = "images") -> None:
-    """A one-line UserError where an image is too small for the CNN."""
-    _, height, width = image_size(space, layout)
-    if min(height, width) < MIN_IMAGE_SIDE:
-        raise UserError(
-            f"{env_id} has {height}x{width} {what}; the CNN takes images of at least "
-            f"{MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (register the env wrapped in "
-            "gymnasium.wrappers.FlattenObservation to train the MLP on it instead)"
-        )
+def check_cnn_image_sides(info: "EnvInfo") -> None:
+    """A one-line UserError where an image of ``info`` (its frames, or an image part of them) is
+    smaller than the Nature CNN takes. A torso of the user's own takes any size (it is not called then)."""
+    if info.arch == "cnn":
+        images = [("", info.frame_shape)]
+    else:
+        images = [(key, shape) for key, shape, dtype in info.frame_parts if np.dtype(dtype) == np.uint8 and len(shape) in (2, 3)]
+    for key, shape in images:
+        height, width = shape[-2:]
+        if min(height, width) < MIN_IMAGE_SIDE:
+            raise UserError(
+                f"{info.env_id} has {height}x{width} images{f' in its part {key!r}' if key else ''}; the CNN takes images "
+                f"of at least {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (give it a torso of your own with --torso, or register "
+                "the env wrapped in gymnasium.wrappers.FlattenObservation to train the MLP on it)"
+            )
 
 
 def channels_first(obs) -> np.ndarray:
@@ -301,7 +325,6 @@ def part_frames(space: gym.Space, env_id: str) -> tuple[gym.spaces.Dict, object]
     for key, part in items:
         layout = image_layout(part)
         if layout is not None:
-            check_image_side(part, layout, env_id, f"images in its part {key!r}")
             channels, height, width = image_size(part, layout)
             boxes[key] = gym.spaces.Box(0, 255, (channels, height, width) if layout == "hwc" else part.shape, np.uint8)
             convert[key] = channels_first if layout == "hwc" else np.asarray
@@ -330,7 +353,6 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     space = env.observation_space
     layout = image_layout(space)
     if layout is not None:
-        check_image_side(space, layout, env_id)
         if layout != "hwc":
             return env
         frame = gym.spaces.Box(0, 255, image_size(space, layout), np.uint8)
@@ -339,6 +361,11 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
         return adapted
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return env
+    if is_pixel_box(space) and len(space.shape) > 3:
+        raise UserError(
+            f"{env_id} has observation space {space}: pixels of rank {len(space.shape)} (a frame stack of RGB frames?); "
+            "acer_sync takes an image as (H, W), (H, W, C) or (C, H, W): stack the frames along the channels, or not at all"
+        )
     if has_image_part(space):
         frames_space, to_frames = part_frames(space, env_id)
         adapted = gym.wrappers.TransformObservation(env, to_frames, frames_space)

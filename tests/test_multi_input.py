@@ -36,10 +36,13 @@ def test_a_dict_or_tuple_with_an_image_becomes_parts_images_channels_first():
     assert env_info("CartPole-v1").frame_parts == ()
 
 
-def test_a_part_too_small_for_the_cnn_is_one_line():
+def test_a_part_too_small_for_the_cnn_is_one_line(tmp_path):
+    # refused where the CNN is built for it (a torso of one's own takes it): env_info takes it
+    assert env_info(ENV, {"size": 20}).frame_parts[0] == ("camera", (3, 20, 20), "uint8")
     with pytest.raises(acer_sync.UserError, match=r"^multi_sensor_envs:CueSwitch-v0 has 20x20 images in its part 'camera'; "
                                                   r"the CNN takes images of at least 36x36"):
-        env_info(ENV, {"size": 20})
+        acer_sync.train(ENV, env_kwargs={"size": 20}, run_dir=tmp_path / "run", total_timesteps=40, verbose=0)
+    assert not (tmp_path / "run").exists()
 
 
 def test_each_part_is_a_field_of_its_own_dtype_and_an_image_costs_its_bytes():

@@ -353,7 +353,6 @@ def test_the_smallest_image_side_is_the_smallest_the_cnn_takes():
 @pytest.mark.parametrize(
     "env_kwargs, message",
     [
-        ({"kind": "small"}, "has 35x36 images; the CNN takes images of at least 36x36"),
         ({"kind": "text"}, "has observation space Text(1, 5, charset="),
         ({"kind": "sequence"}, "(its Sequence part); acer_sync supports Box, Discrete, MultiDiscrete, MultiBinary, and Tuple"),
         ({"kind": "hwc", "continuous": True}, "has image observations and Box actions"),
@@ -365,6 +364,44 @@ def test_unsupported_observations_are_one_line_user_errors(module_dir, env_kwarg
     assert message in str(error.value) and "\n" not in str(error.value)
     if env_kwargs["kind"] in ("text", "sequence"):
         assert "uint8 images (H, W), (H, W, C) or (C, H, W) of at least 36x36" in str(error.value)
+
+
+def test_images_smaller_than_the_cnn_takes_are_refused_for_it_and_train_a_torso_of_ones_own(module_dir, tmp_path):
+    # The size check ran when the env's observations were adapted, so a torso made for small images
+    # (a MiniGrid-style 7x7 grid, as SB3's docs show) was refused with the Nature CNN's limit.
+    import user_torsos
+
+    import acer_sync
+
+    info = env_info(USER_ENV, {"kind": "small"})
+    assert info.frame_shape == (3, 35, 36)
+    with pytest.raises(UserError, match=r"has 35x36 images; the CNN takes images of at least 36x36 \(give it a torso "
+                                        r"of your own with --torso") as error:
+        acer_sync.train(USER_ENV, env_kwargs={"kind": "small"}, run_dir=tmp_path / "cnn", total_timesteps=40, verbose=0)
+    assert "\n" not in str(error.value) and not (tmp_path / "cnn").exists()
+    run_dir = acer_sync.train(USER_ENV, env_kwargs={"kind": "small"}, run_dir=tmp_path / "torso", torso=user_torsos.SmallTorso,
+                              total_timesteps=40, num_envs=2, vec_env="sync", eval_every=0, verbose=0)
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 40
+
+
+def test_a_uint8_box_that_is_not_pixels_is_a_vector_and_stacked_rgb_frames_are_refused(module_dir):
+    # uint8 of rank 2 or 3 was taken for an image whatever its bounds (SB3 asks for 0 and 255), so a
+    # grid of cell codes went to the CNN (or was refused as too small); pixels of rank 4 were flattened
+    grid = gym.spaces.Box(0, 2, (5, 5), np.uint8)
+    from atari.envs import adapt_observations, image_layout
+
+    assert image_layout(grid) is None and image_layout(gym.spaces.Box(0, 255, (40, 40), np.uint8)) == "hw"
+
+    class Grid(gym.Env):
+        observation_space, action_space = grid, gym.spaces.Discrete(2)
+
+    class Stacked(gym.Env):
+        observation_space, action_space = gym.spaces.Box(0, 255, (4, 48, 48, 3), np.uint8), gym.spaces.Discrete(2)
+
+    assert adapt_observations(Grid(), "Grid").observation_space.shape == (25,)
+    with pytest.raises(UserError, match=r"pixels of rank 4 \(a frame stack of RGB frames\?\)") as error:
+        adapt_observations(Stacked(), "Stacked")
+    assert "\n" not in str(error.value)
 
 
 def test_a_missing_box2d_is_a_one_line_error_naming_the_extra(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from acer_sync.base.config import Config, hidden_sizes
 from acer_sync.base.errors import UserError
 from acer_sync.nets.networks import RECURRENT_ARCHS, Network, complete_spec, network_from_spec
-from atari.envs import EnvInfo
+from atari.envs import EnvInfo, check_cnn_image_sides
 
 
 def select_device(name: str) -> torch.device:
@@ -37,6 +37,7 @@ def network_arch(info: EnvInfo, config: Config) -> str:
         if config.network not in ("auto", "lstm"):
             raise UserError(f"--network {config.network} does not fit {info.env_id}, whose observations have several parts; "
                             "use auto (the multi-input torso) or lstm (an LSTM after it)")
+        check_cnn_image_sides(info)
         return "multi_lstm" if config.network == "lstm" else "multi"
     arch = info.arch if config.network == "auto" else config.network
     if frames != (arch in ("cnn", "cnn_lstm")):
@@ -44,6 +45,8 @@ def network_arch(info: EnvInfo, config: Config) -> str:
         raise UserError(f"--network {arch} does not fit {info.env_id}; use {fits} observations")
     if info.continuous and frames:
         raise UserError(f"{info.env_id} has image observations and continuous actions; the Gaussian policy takes vectors")
+    if frames:
+        check_cnn_image_sides(info)
     return arch
 
 
@@ -65,8 +68,11 @@ def model_spec(info: EnvInfo, config: Config) -> dict:
     if config.torso:
         spec.update(torso=config.torso, torso_kwargs=dict(config.torso_kwargs))
     if info.continuous:
-        half_width = (np.asarray(info.action_high) - np.asarray(info.action_low)) / 2.0
+        low, high = np.asarray(info.action_low, dtype=np.float64), np.asarray(info.action_high, dtype=np.float64)
+        half_width = (high - low) / 2.0
         spec["init_std"] = (config.policy_std * half_width).tolist()
+        if config.action_scale == "box":
+            spec["action_scale"] = [((low + high) / 2.0).tolist(), half_width.tolist()]
     return complete_spec(spec)
 
 
