@@ -40,6 +40,8 @@ from atari import parts
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 BACKENDS = ("ale", "subproc", "sync")
+#: ale-py's vector env refuses a reset seed of 2**31 - 1 or more (a TypeError from its binding).
+ALE_SEED_SPAN = 2**31 - 1
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
 ATARI_FRAME = (84, 84)
 ATARI_STACK = 4
@@ -788,7 +790,11 @@ class VecEnv:
                 )
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Reset every env; returns ``(frames, lives)``."""
+        """Reset every env; returns ``(frames, lives)``. ale-py's vector env takes seeds below 2**31 - 1
+        only: a larger one (a run's seed, plus the offsets of its evaluations and resumes) is taken
+        modulo that, the same seed always to the same."""
+        if seed is not None and self.backend == "ale":
+            seed %= ALE_SEED_SPAN
         obs, info = self._call("reset", self.env.reset, seed=seed)
         frames = self._frames(obs)
         self._check_finite(frames, None)

@@ -242,3 +242,17 @@ def test_noop_starts_are_as_varied_as_baselines(backend):
         finally:
             env.close()
         assert len(starts) in expected, (backend, noop_max, len(starts))
+
+
+def test_the_ale_backend_takes_every_seed_a_run_may_give_it():
+    # ale-py's vector env refused 2**31 - 1 and above with a TypeError: a run seeded 2**31 - 1 did
+    # not start (exit 3, "an env failed"), and 2,140,000,000 failed at its 7th evaluation (seed + 1,000,003 k)
+    info = env_info("PongNoFrameskip-v4")
+    env = VecEnv(info, 2, "ale")
+    try:
+        first, _ = env.reset(seed=2**32 - 1)
+        again, _ = env.reset(seed=2**32 - 1)
+        env.reset(seed=2_140_000_000 + 7 * 1_000_003)
+    finally:
+        env.close()
+    assert np.array_equal(first, again)  # the same seed, the same games
