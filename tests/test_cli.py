@@ -122,6 +122,15 @@ def test_play_plays_its_games_in_several_envs_at_once(pong_run, tmp_path):
     assert one_line_error(run("play.py", pong_run, "--num-envs", "0")) == "play.py: error: --num-envs must be >= 1"
     # exit 3 before, as an env's failure: "raised Error in reset: Seed must be greater or equal to zero"
     assert one_line_error(run("play.py", pong_run, "--seed", "-5")) == "play.py: error: --seed must be >= 0"
+    # these failed only after the games were played (an IsADirectoryError traceback), or overflowed torch's generator
+    (tmp_path / "folder.mp4").mkdir()
+    (tmp_path / "folder.csv").mkdir()
+    for flag, target in (("--video", "folder.mp4"), ("--actions", "folder.csv")):
+        line = one_line_error(run("play.py", pong_run, flag, tmp_path / target))
+        assert line == f"play.py: error: {flag} {tmp_path / target} is a directory (or another kind of file); give the name of a file to write"
+    assert "--seed must be <= 4294967295" in one_line_error(run("play.py", pong_run, "--seed", str(2**64)))
+    for script, arguments in (("play.py", [""]), ("plot.py", [""]), ("sweep.py", ["", "--runs-dir", tmp_path])):
+        assert "an empty path names no file" in one_line_error(run(script, *arguments))  # it read the current directory
 
 
 def test_resume_continues_the_run(pong_run, tmp_path):
@@ -161,6 +170,7 @@ def test_resume_refuses_conflicting_flags(pong_run):
         (["--lr", "nan"], "invalid finite number value"),
         (["--gamma", "1.5"], "--gamma must be in (0, 1]"),
         (["--replay-ratio", "-1"], "--replay-ratio must be"),
+        (["--replay-ratio", "1e6"], "--replay-ratio must be from 0 to 100"),  # accepted; a Ctrl-C then waited hours
         (["--delta", "0"], "--delta must be"),
         (["--buffer-size", "10"], "--buffer-size (10) must hold at least one segment"),
         # the buffer holds whole segments: 110 steps hold 100, and replay never started

@@ -120,6 +120,11 @@ class Config:
     normalize_obs: bool = _f(False, "normalize vector observations with running mean and std (saved in checkpoints)")
     reward_scale: float = _f(1.0, "multiply training rewards by this (logged returns stay raw)")
     policy_std: float = _f(0.3, "continuous actions: initial sigma of the Gaussian policy, as a fraction of the Box's half-width")
+    action_scale: str = _f(
+        "none", "continuous actions: box (the policy's mean and sigma, and the SDN's input action, in half-widths of "
+        "the Box from its centre: the mean starts at the centre, sigma's bounds scale with the Box) or none (in the "
+        "action's own units, as runs before box existed)", choices=("box", "none"),
+    )
     sdn_samples: int = _f(5, "continuous actions: samples u_i ~ pi in the stochastic dueling network's baseline (n of eq. 13)")
     log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")
     log_seconds: float = _f(30.0, "also write a progress row once this many wall-clock seconds passed since the last one, so a slow run shows progress early (0: by --log-interval only)")
@@ -181,6 +186,7 @@ PRESETS: dict[str, dict] = {
     # paper's k = 50 with its 16 threads, δ = 0.25, and one torch thread: each measured
     # (docs/results.md, Continuous control, How the preset was chosen; docs/performance.md for the threads).
     "continuous": dict(
+        action_scale="box",
         threads=1,
         total_timesteps=1_000_000,
         num_envs=4,
@@ -262,6 +268,8 @@ def hidden_sizes(config: Config) -> tuple[int, ...]:
 
 #: The largest seed: numpy's global generator takes seeds below 2**32.
 MAX_SEED = 2**32 - 1
+#: The most off-policy updates per on-policy one that ``--replay-ratio`` takes (a mean: Poisson draws).
+MAX_REPLAY_RATIO = 100.0
 #: The most threads a run may ask for: OpenMP crashed the process at 100,000, without a message.
 MAX_THREADS = 1024
 #: The widest layer: torch's shapes overflow past 2**63 with a C++ traceback; below this a size
@@ -303,7 +311,10 @@ def validate(config: Config) -> list[str]:
     need(config.c >= 0, "--c must be >= 0")
     need(math.isfinite(config.delta) and config.delta > 0, "--delta must be finite and > 0")
     need(0 <= config.alpha < 1, "--alpha must be in [0, 1)")
-    need(math.isfinite(config.replay_ratio) and config.replay_ratio >= 0, "--replay-ratio must be finite and >= 0")
+    # each iteration's off-policy updates run before a stop is looked at: 1e6 of them kept a Ctrl-C
+    # waiting for hours, and numpy's Poisson draw refuses a mean of 1e20 (at the first replay)
+    need(math.isfinite(config.replay_ratio) and 0 <= config.replay_ratio <= MAX_REPLAY_RATIO,
+         f"--replay-ratio must be from 0 to {MAX_REPLAY_RATIO:g} (the paper's is 4)")
     need(config.replay_start >= 0, "--replay-start must be >= 0")
     need(
         config.buffer_size >= config.nsteps,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from pathlib import Path
 
 import yaml
 
@@ -53,6 +54,13 @@ def key_value(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def path(text: str) -> Path:
+    """A file or directory argument; an empty one is refused (``Path("")`` is the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file (give '.' for the current directory)")
+    return Path(text)
+
+
 finite_float.__name__ = "finite number"
 float_or_inf.__name__ = "number"
 
@@ -62,7 +70,7 @@ FLAG_GROUPS: dict[str, tuple[str, ...]] = {
     "env": ("env", "env_kwargs", "num_envs", "vec_env", "reward_scale", "normalize_obs", "env_timeout"),
     "algorithm": (
         "nsteps", "gamma", "lr", "lr_schedule", "rms_alpha", "rms_eps", "q_coef", "ent_coef", "max_grad_norm", "c",
-        "trust_region", "delta", "alpha", "policy_std", "sdn_samples",
+        "trust_region", "delta", "alpha", "policy_std", "action_scale", "sdn_samples",
     ),
     "replay": ("buffer_size", "replay_ratio", "replay_start", "replay_state"),
     "network": ("network", "hidden", "activation", "lstm_size", "lstm_norm", "torso", "torso_kwargs"),

@@ -24,8 +24,9 @@ import torch
 
 from acer_sync.api.policy import Policy, load
 from acer_sync.api.runs import is_callable_env
+from acer_sync.base.config import MAX_SEED
 from acer_sync.base.errors import UserError, WriteFailed
-from acer_sync.cli.args import OneLineParser
+from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout.evaluation import EnvStep, evaluate
 from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, render_headless, video_env
 from atari.envs import EnvInfo, VecEnv, choose_backend, env_info
@@ -33,13 +34,13 @@ from atari.envs import EnvInfo, VecEnv, choose_backend, env_info
 
 def parse_args(argv: list[str], prog: str = "play.py"):
     parser = OneLineParser(prog=prog, description="Play full games with a checkpoint and print the raw scores.")
-    parser.add_argument("checkpoint", type=Path, help="a run directory (its latest checkpoint) or a checkpoint file")
+    parser.add_argument("checkpoint", type=path, help="a run directory (its latest checkpoint) or a checkpoint file")
     parser.add_argument("--episodes", type=int, default=5, help="full games to play (default: 5)")
     parser.add_argument("--num-envs", type=int, default=1,
                         help="envs playing the games at once, in the run's vector env, each a fixed share of them, as "
                              "training's evaluation plays (default: 1; --video, --actions and --render need one)")
-    parser.add_argument("--video", type=Path, default=None, help="write an mp4 of every game played to this file (FILE.mp4)")
-    parser.add_argument("--actions", type=Path, default=None,
+    parser.add_argument("--video", type=path, default=None, help="write an mp4 of every game played to this file (FILE.mp4)")
+    parser.add_argument("--actions", type=path, default=None,
                         help="write one CSV row per agent step to this file (FILE.csv: game, step, action, forced, reward, lives, ...)")
     parser.add_argument("--greedy", action="store_true", help="take argmax actions instead of sampling from the policy")
     parser.add_argument("--render", action="store_true", help="show the game in a window (needs a display)")
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         raise UserError("--num-envs must be >= 1")
     if args.seed < 0:
         raise UserError("--seed must be >= 0")
+    if args.seed > MAX_SEED:  # torch's generator overflowed at 2**64, a traceback
+        raise UserError(f"--seed must be <= {MAX_SEED} (2**32 - 1, as for train.py)")
     recording = [flag for flag, value in (("--video", args.video), ("--actions", args.actions), ("--render", args.render)) if value]
     if args.num_envs > 1 and recording:
         raise UserError(f"{recording[0]} records one env and cannot be combined with --num-envs {args.num_envs}")
@@ -114,6 +117,9 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     if args.actions is not None and (args.actions.suffix.lower() != ".csv" or args.actions.name.lower() == "progress.csv"):
         raise UserError(f"--actions writes a CSV of its own: give a file name ending in .csv other than a run's "
                         f"progress.csv, got {args.actions}")
+    for flag, target in (("--video", args.video), ("--actions", args.actions)):
+        if target is not None and target.exists() and not target.is_file():  # found out only after every game
+            raise UserError(f"{flag} {target} is a directory (or another kind of file); give the name of a file to write")
     if args.video is not None and not args.video.parent.is_dir():
         raise UserError(f"cannot write video {args.video}: folder {args.video.parent} does not exist")
     if args.actions is not None and not args.actions.parent.is_dir():

@@ -24,7 +24,7 @@ import numpy as np
 from acer_sync.api.scores import baselines_curve, game_name, human_normalized, published_acer
 from acer_sync.base.config import setting_defaults
 from acer_sync.base.errors import UserError
-from acer_sync.cli.args import OneLineParser
+from acer_sync.cli.args import OneLineParser, path
 
 #: Settings that do not change what is learned: the seed, the run length (with a constant learning
 #: rate: a schedule is stretched over it, see :func:`group_runs`), and bookkeeping.
@@ -77,8 +77,8 @@ class Group:
 
 def parse_args(argv: list[str], prog: str = "plot.py"):
     parser = OneLineParser(prog=prog, description="Plot learning curves of one or more runs, seeds averaged.")
-    parser.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (config.json and progress.csv)")
-    parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG file to write (default: curves.png)")
+    parser.add_argument("run_dirs", type=path, nargs="+", metavar="RUN_DIR", help="run directories (config.json and progress.csv)")
+    parser.add_argument("--out", type=path, default=Path("curves.png"), help="PNG file to write (default: curves.png)")
     parser.add_argument("--x", choices=tuple(X_LABELS), default="steps", help="x axis (default: steps)")
     parser.add_argument("--smooth", type=int, default=1, metavar="N", help="trailing moving average over N logged points (default: 1, none)")
     parser.add_argument("--no-reference", dest="reference", action="store_false",

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from acer_sync.base.errors import EXIT_INTERRUPTED, EXIT_TRIAL_FAILED, UserError, print_error
-from acer_sync.cli.args import OneLineParser
+from acer_sync.cli.args import OneLineParser, path
 from acer_sync.sweeps.spec import load_sweep
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -27,9 +27,9 @@ def parse_args(argv: list[str], prog: str = "sweep.py"):
         description="Run a sweep of ACER trainings (envs x seeds x a grid of settings) on Ray Tune. "
         "Run the same command again to continue an interrupted sweep.",
     )
-    parser.add_argument("sweep_file", type=Path, metavar="FILE.yaml", help="the sweep file (see configs/cartpole-rr.yaml)")
+    parser.add_argument("sweep_file", type=path, metavar="FILE.yaml", help="the sweep file (see configs/cartpole-rr.yaml)")
     parser.add_argument("--address", default=None, help="join the Ray cluster at this address ('auto': the one this machine belongs to); default: start Ray here")
-    parser.add_argument("--runs-dir", type=Path, default=None,
+    parser.add_argument("--runs-dir", type=path, default=None,
                         help="trials go to RUNS_DIR/<sweep>/<trial>/ (default: runs); with --address, a directory "
                         "every node mounts at the same path, such as an NFS mount")
     parser.add_argument("--stop-wait", type=float, default=None, metavar="SECONDS",

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 from acer_sync.api import runs as api
 from acer_sync.base.config_file import load_config_file
 from acer_sync.base.errors import UserError, exit_code
 from acer_sync.base.outcome import Outcome
-from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float
+from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float, path
 from acer_sync.cli.plot import read_progress
 from acer_sync.training.callbacks import StopTrainingOnReward
 from acer_sync.training.checkpoint import has_checkpoint, latest_checkpoint
@@ -34,7 +33,7 @@ def build_parser(prog: str = "train.py") -> OneLineParser:
     )
     groups = add_config_flags(parser)
     run = groups["run and logging"]
-    run.add_argument("--config", type=Path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
+    run.add_argument("--config", type=path, default=None, metavar="FILE.yaml", help="settings by their config names, as in configs/*.yaml (a flag overrides the file)")
     run.add_argument("--run-dir", default=None, help="output directory (default: runs/<env>__<seed>__<time>)")
     run.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
