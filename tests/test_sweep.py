@@ -348,6 +348,12 @@ def test_sweep_file_expands_env_seed_and_grid_axes_into_named_trials(tmp_path):
         (BASE + "trial: {memory: 3}\n", "unknown key trial.memory"),
         ("name: s\nenvs: [CartPol-v1]\nseeds: [0]\n", "unknown env id 'CartPol-v1'; did you mean CartPole-v1"),
         ("name: s\nenvs: [CartPole-v1]\nseeds: [0, 0]\n", "seeds lists 0 twice"),
+        # two trials of one run directory, one of them failing ("in use by process"): refused before Ray starts
+        (BASE + "settings: {lr: [0.001, 1.0e-3]}\n", "settings.lr lists 0.001 twice"),
+        (BASE + "settings: {replay_ratio: [1, 1.0]}\n", "settings.replay_ratio lists 1.0 twice"),
+        (BASE + "settings: {lr: [0.0007, 0.00070000001]}\n", "two trials would both be named CartPole-v1_seed0_lr0.0007"),
+        # an alias beside its setting: one won in silence, and the trials' names misreported it
+        (BASE + "settings: {hidden: ['32'], net_arch: ['16', '8']}\n", "gives the setting hidden twice, as hidden and net_arch"),
         ("name: s\nenvs: []\nseeds: [0]\n", "envs must be a non-empty list"),
         ("name: ../up\nenvs: [CartPole-v1]\nseeds: [0]\n", "name must be a directory name"),
         ("envs: [CartPole-v1]\nseeds: [0]\n", "missing key 'name'"),
@@ -699,3 +705,16 @@ def test_a_trial_that_reserved_no_gpu_runs_auto_on_the_cpu(tmp_path):
     assert start_run(trial("auto"), [])[0].device == "cpu"
     assert start_run(trial("auto"), ["0"])[0].device == "auto"  # a share of GPU 0 (gpus: 0.25)
     assert start_run(trial("cpu"), ["0"])[0].device == "cpu"
+
+
+def test_a_setting_and_its_alias_together_are_refused_in_a_config_file_and_from_python(tmp_path):
+    # net_arch '32,32' beside hidden '16' trained with 16, and said nothing
+    path = tmp_path / "both.yaml"
+    path.write_text("net_arch: '32,32'\nhidden: '16'\n")
+    with pytest.raises(UserError, match="gives the setting hidden twice, as net_arch and hidden"):
+        load_config_file(path)
+    import acer_sync
+
+    with pytest.raises(UserError, match="gives the setting hidden twice, as hidden and net_arch"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", hidden="16", net_arch="32,32", total_timesteps=40)
+    assert not (tmp_path / "run").exists()

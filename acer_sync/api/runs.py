@@ -145,6 +145,9 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
     CallbackList(callbacks).check_state()
     if "torso" in settings and not isinstance(settings["torso"], str):
         settings["torso"] = torso_name(settings["torso"])  # a class: recorded as module:Class
+    twice = [name for name in settings if setting_name(str(name)) != str(name) and setting_name(str(name)) in settings]
+    if twice:  # hidden and net_arch: one of them won, in silence
+        raise UserError(f"acer_sync.train: gives the setting {setting_name(twice[0])} twice, as {setting_name(twice[0])} and {twice[0]}")
     settings = {
         setting_name(str(name)): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()
     }

@@ -139,8 +139,15 @@ def read_yaml_mapping(path: Path) -> dict:
 
 
 def load_config_file(path: Path) -> dict:
-    """The settings of a ``--config`` file, checked: ``{field name: value}``."""
-    return {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
+    """The settings of a ``--config`` file, checked: ``{field name: value}``; a setting given under
+    two names (``hidden`` and its alias ``net_arch``) is a UserError (one of them won, in silence)."""
+    settings = {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
+    seen = {}
+    for name in settings:
+        if setting_name(name) in seen:
+            raise UserError(f"{path}: gives the setting {setting_name(name)} twice, as {seen[setting_name(name)]} and {name}")
+        seen[setting_name(name)] = name
+    return settings
 
 
 def env_settings_file(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> Path:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.api.runs import check_config
-from acer_sync.base.config import MAX_THREADS, Config, build_config
+from acer_sync.base.config import MAX_THREADS, Config, build_config, setting_name
 from acer_sync.base.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.base.errors import UserError
 from atari.envs import env_info
@@ -109,6 +109,15 @@ def check_settings(payload: dict, source: str) -> dict[str, list]:
         if not values:
             raise UserError(f"{source}: settings.{name} is an empty list; a grid axis needs at least one value")
         axes[name] = [check_setting(name, item, f"{source}: settings") for item in values]
+        repeated = [item for index, item in enumerate(axes[name]) if item in axes[name][:index]]
+        if repeated:  # 0.001 and 1.0e-3, 1 and 1.0: two trials of one setting, in one run directory
+            raise UserError(f"{source}: settings.{name} lists {repeated[0]!r} twice")
+    names = {}
+    for name in axes:
+        setting = setting_name(name)
+        if setting in names:  # net_arch and hidden: one would win in silence, and the other name the trials
+            raise UserError(f"{source}: settings gives the setting {setting} twice, as {names[setting]} and {name}")
+        names[setting] = name
     return axes
 
 
@@ -168,6 +177,9 @@ def load_sweep(path: Path) -> Sweep:
         settings = dict(zip(axes, point))
         name_parts = [re.sub("[/:]", "-", env), f"seed{seed}"] + [f"{axis}{value_text(settings[axis])}" for axis in grid_axes]
         trial_name = "_".join(name_parts)
+        if any(trial.name == trial_name for trial in trials):  # values that print alike (:g), or keys alike once cleaned
+            raise UserError(f"{source}: two trials would both be named {trial_name} (and share its run directory); "
+                            "give the values of each grid axis so that they read differently")
         env_settings = env_files[env][1]
         info = info_of(env, settings.get("env_kwargs", env_settings.get("env_kwargs", {})))
         config = build_config(
