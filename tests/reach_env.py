@@ -35,3 +35,28 @@ class ReachZero(gym.Env):
 ENV_ID = "ReachZero-v0"
 if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=ReachZero)
+
+
+class AimOffCentre(gym.Env):
+    """One observation, ``[1]``; the action is a number in the Box [5, 10], and each step earns
+    ``−(a − 7.5)²``; episodes are cut at 10 steps. A Gaussian policy whose mean starts near 0 in the
+    action's units sends 5 (the clip) every step, where Q̃ is flat, and never moves: −62.5 an episode."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.action_space = gym.spaces.Box(5.0, 10.0, (1,), np.float32)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([1.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([1.0], np.float32), -float(action[0] - 7.5) ** 2, False, self.t >= 10, {}
+
+
+OFF_CENTRE_ID = "AimOffCentre-v0"
+if OFF_CENTRE_ID not in gym.registry:
+    gym.register(OFF_CENTRE_ID, entry_point=AimOffCentre)

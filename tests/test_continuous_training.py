@@ -2,12 +2,16 @@
 point steered to the origin in CI; Pendulum, slow, by name)."""
 
 import csv
+import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+import acer_sync
 from acer_sync.base.config import Config, build_config
+from acer_sync.base.errors import UserError
 from acer_sync.nets.networks import LOG_STD_MAX, LOG_STD_MIN, network_from_spec
 from acer_sync.nets.normalization import ObservationNormalizer
 from acer_sync.training.acer import ACER
@@ -204,3 +208,75 @@ def test_pendulum_is_solved(tmp_path, one_torch_thread):
     last = last_row_of_a_run(tmp_path, "Pendulum-v1", seed=0, total_timesteps=100_000, eval_every=100_000,
                              eval_episodes=100)
     assert int(last["eval_episodes"]) == 100 and float(last["eval_mean"]) >= -250, last["eval_mean"]
+
+
+def test_the_head_centres_the_mean_and_scales_sigmas_bounds_on_an_off_centre_box():
+    # The mean started near 0 in the action's units and σ's bounds were [0.0067, 7.4] whatever the
+    # Box: on a Box of [5, 10] every action was clipped to 5 (see the next test).
+    torch.manual_seed(0)
+    base = dict(obs_shape=[1, 3], n_actions=1, arch="mlp", hidden=[8], policy="gaussian", normalize_obs=False,
+                init_std=[0.75])
+    scaled = network_from_spec({**base, "action_scale": [[7.5], [2.5]]})
+    plain = network_from_spec(base)
+    assert set(scaled.state_dict()) == set(plain.state_dict())  # the scale is the spec's, not state
+    plain.load_state_dict(scaled.state_dict())
+    features = features_of(scaled, torch.randn(4, 1, 3))
+    stats = scaled.policy_of(features)
+    assert (stats[:, 0] - 7.5).abs().max() < 0.1 and torch.allclose(stats[:, 1], torch.log(torch.tensor(0.75)))
+    assert torch.allclose(stats[:, 0], 7.5 + plain.policy_of(features)[:, 0])
+    actions = torch.tensor([[[5.0]], [[7.5]], [[10.0]], [[6.0]]])
+    assert torch.allclose(scaled.advantage_of(features, actions), plain.advantage_of(features, actions - 7.5))
+    with torch.no_grad():
+        for log_std, sigma in ((-10.0, 2.5 * math.exp(LOG_STD_MIN)), (10.0, 2.5 * math.exp(LOG_STD_MAX))):
+            scaled.head.log_std.fill_(log_std)
+            assert math.isclose(scaled.policy_of(features)[0, 1].exp().item(), sigma, rel_tol=1e-5)
+            (parameter, low, high), = scaled.parameter_bounds()
+            parameter.clamp_(low, high)
+            assert math.isclose(parameter.exp().item(), sigma, rel_tol=1e-5)
+
+
+def test_on_a_box_centred_on_zero_the_scale_changes_no_bit_of_a_run(tmp_path):
+    # Pendulum's Box is [-2, 2]: its runs (docs/runs/Pendulum-v1*) are what they were, as long as σ
+    # stays inside both ranges of bounds
+    rows = []
+    for action_scale in ("none", "box"):
+        config = pendulum_config(total_timesteps=800, num_envs=2, nsteps=20, replay_start=40, hidden="8",
+                                 action_scale=action_scale, seed=3, threads=1)
+        (tmp_path / action_scale).mkdir()
+        build_trainer(config, env_info("Pendulum-v1"), tmp_path / action_scale, progress_bar=False).train()
+        with open(tmp_path / action_scale / "progress.csv", newline="") as handle:
+            rows.append([{k: v for k, v in row.items() if k not in ("time_elapsed", "fps", "rss_mb")}
+                         for row in csv.DictReader(handle)])
+    assert rows[0] == rows[1] and len(rows[0]) >= 2
+
+
+def test_a_gaussian_policy_learns_inside_an_off_centre_box(tmp_path, one_torch_thread):
+    """tests/reach_env.py's AimOffCentre: aim at 7.5 in a Box of [5, 10]. With the mean starting
+    near 0, every action went to the bound 5 and the run stayed at −62.5 an episode (8k steps,
+    greedy evaluation −62.5); with it starting at the Box's centre, the greedy evaluation was −0.01
+    (seed 0, 9 s). We ask for −5 (|a − 7.5| < 0.71)."""
+    import reach_env
+
+    config = pendulum_config(env=reach_env.OFF_CENTRE_ID)
+    assert config.action_scale == "box"  # the continuous preset's
+    last = last_row_of_a_run(tmp_path, reach_env.OFF_CENTRE_ID, seed=0, total_timesteps=8_000, eval_every=8_000,
+                             eval_episodes=10, eval_greedy=True)
+    assert int(last["eval_episodes"]) == 10 and float(last["eval_mean"]) >= -5, last["eval_mean"]
+
+
+@pytest.mark.parametrize("space, message", [
+    (gym.spaces.Box(0, 10, (1,), np.int64), "a Box of int64 takes whole numbers"),
+    (gym.spaces.Box(np.array([0.0, 1.0], np.float32), np.array([0.0, 2.0], np.float32)), "whose low is not below its high"),
+])
+def test_an_integer_or_a_zero_width_box_of_actions_is_a_one_line_error(tmp_path, space, message):
+    # the env got float actions its Box refused; a zero-width dimension, a traceback from init_std
+    class Env(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = space
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(2, np.float32), {}
+
+    with pytest.raises(UserError, match=message) as error:
+        acer_sync.train(Env, run_dir=tmp_path / "run", total_timesteps=40, verbose=0)
+    assert "\n" not in str(error.value) and not (tmp_path / "run").exists()

@@ -121,9 +121,9 @@ class Config:
     reward_scale: float = _f(1.0, "multiply training rewards by this (logged returns stay raw)")
     policy_std: float = _f(0.3, "continuous actions: initial sigma of the Gaussian policy, as a fraction of the Box's half-width")
     action_scale: str = _f(
-        "none", "continuous actions: box (the policy's mean and sigma, and the SDN's input action, in half-widths of "
-        "the Box from its centre: the mean starts at the centre, sigma's bounds scale with the Box) or none (in the "
-        "action's own units, as runs before box existed)", choices=("box", "none"),
+        "none", "continuous actions: box (the policy's mean starts at the Box's centre, the SDN's A takes the action "
+        "from that centre, and sigma is kept within 0.0067 to 7.4 half-widths of the Box) or none (mean from 0, "
+        "sigma within 0.0067 to 7.4, as runs before box existed); the same on a Box centred on 0", choices=("box", "none"),
     )
     sdn_samples: int = _f(5, "continuous actions: samples u_i ~ pi in the stochastic dueling network's baseline (n of eq. 13)")
     log_interval: int = _f(100, "iterations (N*T steps each) between progress rows")

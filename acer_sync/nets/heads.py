@@ -19,8 +19,9 @@ from torch import nn
 
 from acer_sync.nets.torsos import MLP, init_orthogonal
 
-#: The range log σ is clamped to: σ from 0.0067 to 7.4 (in the action's units). It keeps
-#: importance weights and the KL's 1/σ² finite, whatever the optimizer does to log σ.
+#: The range log σ is clamped to: σ from 0.0067 to 7.4 (in the action's units, or in half-widths of
+#: the Box with ``action_scale``). It keeps importance weights and the KL's 1/σ² finite, whatever
+#: the optimizer does to log σ.
 LOG_STD_MIN = -5.0
 LOG_STD_MAX = 2.0
 
@@ -77,13 +78,27 @@ class GaussianHead(nn.Module):
     :param net_arch: the MLP before the mean and before V (empty: the outputs sit on the features).
     :param advantage_arch: the MLP of [x, a] before A.
     :param init_std: σ at initialisation, per action dimension.
+    :param action_scale: ``[centre, half_width]`` of the Box per dimension: the mean is
+        m(x) = centre + m̂(x), so that it starts at the Box's centre; A takes a − centre; and log σ
+        is kept in [−5, 2] + log half_width (σ from 0.0067 to 7.4 half-widths). Everything stays in
+        the action's units, so a Box centred on 0 whose σ stays inside both ranges trains bit for
+        bit as without it. None: centre 0, bounds [−5, 2] (the runs before it).
     """
 
     def __init__(self, features_dim: int, action_dim: int, net_arch: tuple[int, ...], advantage_arch: tuple[int, ...],
-                 init_std: list[float], activation: str = "tanh"):
+                 init_std: list[float], activation: str = "tanh", action_scale: list[list[float]] | None = None):
         super().__init__()
         if len(init_std) != action_dim or min(init_std) <= 0:
             raise ValueError(f"init_std must be {action_dim} positive numbers, got {init_std}")
+        centre, half_width = action_scale if action_scale is not None else ([0.0] * action_dim, [1.0] * action_dim)
+        if len(centre) != action_dim or len(half_width) != action_dim or min(half_width) <= 0:
+            raise ValueError(f"action_scale must be [centre, half_width] of {action_dim} numbers each, half_width > 0")
+        self.centred = any(value != 0.0 for value in centre)
+        # constants of the spec, not state: on the network's device, and out of its state_dict
+        self.register_buffer("action_centre", torch.tensor(centre, dtype=torch.float32), persistent=False)
+        log_half_width = torch.log(torch.tensor(half_width, dtype=torch.float32))
+        self.register_buffer("log_std_low", LOG_STD_MIN + log_half_width, persistent=False)
+        self.register_buffer("log_std_high", LOG_STD_MAX + log_half_width, persistent=False)
         self.mean_mlp = MLP(features_dim, net_arch, activation)
         self.mean = nn.Linear(self.mean_mlp.features_dim, action_dim)
         self.log_std = nn.Parameter(torch.log(torch.tensor(init_std)))
@@ -100,16 +115,18 @@ class GaussianHead(nn.Module):
         if self.shared:
             init_orthogonal(self.value, 1.0)
 
-    def parameter_bounds(self) -> list[tuple[nn.Parameter, float, float]]:
-        """log σ's bounds, which the update projects it back into after each step: the clamp in
+    def parameter_bounds(self) -> list[tuple[nn.Parameter, torch.Tensor, torch.Tensor]]:
+        """log σ's bounds (per dimension), which the update projects it back into after each step: the clamp in
         :meth:`policy_of` passes no gradient beyond a bound, so a log σ that a step carried past one
         (σ a state-independent parameter) stayed there for the rest of the run."""
-        return [(self.log_std, LOG_STD_MIN, LOG_STD_MAX)]
+        return [(self.log_std, self.log_std_low, self.log_std_high)]
 
     def policy_of(self, features: torch.Tensor) -> torch.Tensor:
         """φ = [m(x), log σ], ``[B, 2d]``."""
         mean = self.mean(self.mean_mlp(features))
-        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).expand_as(mean)
+        if self.centred:
+            mean = self.action_centre + mean
+        log_std = torch.minimum(torch.maximum(self.log_std, self.log_std_low), self.log_std_high).expand_as(mean)
         return torch.cat([mean, log_std], dim=-1)
 
     def value_of(self, features: torch.Tensor) -> torch.Tensor:
@@ -123,5 +140,6 @@ class GaussianHead(nn.Module):
         bias-correction sample a').
         """
         k = actions.shape[1]
-        paired = torch.cat([features.unsqueeze(1).expand(-1, k, -1), actions.float()], dim=-1)
+        actions = actions.float() - self.action_centre if self.centred else actions.float()
+        paired = torch.cat([features.unsqueeze(1).expand(-1, k, -1), actions], dim=-1)
         return self.advantage(self.advantage_mlp(paired.reshape(-1, paired.shape[-1]))).reshape(-1, k)

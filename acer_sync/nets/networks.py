@@ -72,7 +72,9 @@ class ActorCriticNet(nn.Module):
     :param spec: what :meth:`spec` returns: ``obs_shape`` ``(stack, *frame)``, ``n_actions`` (d for
         a Gaussian), ``arch`` (:data:`ARCHS`), ``hidden`` (the MLP sizes), ``activation``,
         ``policy`` (``categorical`` or ``gaussian``), ``normalize_obs``, ``lstm_size`` and ``lstm_norm``
-        (``none`` or ``layer``, with an LSTM), ``init_std`` (Gaussian), ``torso`` and ``torso_kwargs`` (a user's torso,
+        (``none`` or ``layer``, with an LSTM), ``init_std`` and ``action_scale`` (Gaussian: σ at the start; the Box's
+        ``[centre, half-width]`` per dimension where the mean starts at its centre and σ's bounds
+        scale with it, absent where they do not), ``torso`` and ``torso_kwargs`` (a user's torso,
         ``module:Class``), ``obs_dtype``, and ``obs_parts``, ``[key, frame shape, dtype]`` per
         part of a multi-part observation (then ``obs_shape`` is ``(stack,)``).
     """
@@ -109,7 +111,8 @@ class ActorCriticNet(nn.Module):
         head_arch = hidden if arch in ("mlp", "multi") else ()  # the flat torsos' MLPs, one per output
         if spec["policy"] == "gaussian":
             self.head: nn.Module = GaussianHead(
-                self.memory.features_dim, spec["n_actions"], head_arch, hidden or (64,), spec["init_std"], activation
+                self.memory.features_dim, spec["n_actions"], head_arch, hidden or (64,), spec["init_std"], activation,
+                spec.get("action_scale"),
             )
         else:
             self.head = CategoricalHead(self.memory.features_dim, spec["n_actions"], head_arch, activation)
