@@ -698,3 +698,18 @@ def test_a_resume_from_an_older_step_copy_sets_the_later_copies_aside(run_copy):
     latest = run_copy / "checkpoints" / LATEST
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
     refused_resume(run_copy, rf"corrupt or truncated.*; {oldest.name} beside it holds step {back_to}: copy it")
+
+
+def test_a_run_whose_tensorboard_folder_cannot_be_made_leaves_its_directory_to_start_again(tmp_path):
+    # A file named tb in a run directory made beforehand: exit 5 after config.json and checkpoints/
+    # were written, and the same command was then refused ("holds a run without a checkpoint").
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "tb").write_text("not a folder")
+    failed = run_train("--env", "CartPole-v1", "--total-timesteps", "80", "--run-dir", str(run_dir), "--num-envs", "2")
+    assert failed.returncode == EXIT_CODES[Stop.WRITE_FAILED]
+    assert failed.stderr.strip().splitlines()[-1] == f"train.py: error: cannot write {run_dir / 'tb'}: File exists; no checkpoint was written"
+    assert sorted(path.name for path in run_dir.iterdir()) == [".lock", "tb"]
+    (run_dir / "tb").unlink()
+    started = run_train("--env", "CartPole-v1", "--total-timesteps", "80", "--run-dir", str(run_dir), "--num-envs", "2")
+    assert started.returncode == 0, started.stderr

@@ -235,9 +235,27 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 log.warning(f"{error}; the run goes on without it")
         if on_start is not None:
             on_start(trainer)
-        return trainer.train()
+        outcome = trainer.train()
+        if payload is None and trainer.checkpoint_step is None:
+            _remove_a_run_that_wrote_nothing(run_dir)
+        return outcome
     finally:
         lock.release()
+
+
+def _remove_a_run_that_wrote_nothing(run_dir: Path) -> None:
+    """A new run that ended without a checkpoint or a progress row (its TensorBoard folder could not
+    be made, its disk is full): its config.json and empty folders go, so that the same command may
+    start it there again (a run directory with checkpoints/ is refused as a run without a checkpoint)."""
+    progress = run_dir / "progress.csv"
+    if progress.exists() and progress.stat().st_size > 0:
+        return
+    for path in (progress, run_dir / CONFIG_FILE):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            return
+    _remove_empty([run_dir / "checkpoints"])
 
 
 def check_config(config: Config, info: EnvInfo, device_type: str | None = None) -> None:

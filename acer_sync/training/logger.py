@@ -41,6 +41,10 @@ class Logger:
         self.csv_path = Path(run_dir) / "progress.csv"
         self.tb_path = Path(run_dir) / "tb"
         self.columns: list[str] | None = None
+        try:  # first, and now: TensorBoard makes it at the first row, after a run's files are written
+            self.tb_path.mkdir(exist_ok=True)
+        except OSError as error:  # a file named tb, a read-only folder: the start fails, and leaves nothing
+            raise WriteFailed(self.tb_path, error) from None
         if self.csv_path.exists() and self.csv_path.stat().st_size > 0:
             self.columns = check_progress(self.csv_path)
             try:
