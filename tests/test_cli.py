@@ -131,6 +131,10 @@ def test_play_plays_its_games_in_several_envs_at_once(pong_run, tmp_path):
     assert "--seed must be <= 4294967295" in one_line_error(run("play.py", pong_run, "--seed", str(2**64)))
     for script, arguments in (("play.py", [""]), ("plot.py", [""]), ("sweep.py", ["", "--runs-dir", tmp_path])):
         assert "an empty path names no file" in one_line_error(run(script, *arguments))  # it read the current directory
+    long = "x" * 300  # OSError: [Errno 36] File name too long, a traceback from each
+    for script, arguments in (("train.py", ["--env", "CartPole-v1", "--run-dir", long]), ("train.py", ["--resume", long]),
+                              ("play.py", [long]), ("plot.py", [long])):
+        assert "a file name is longer than the file system takes: xxx" in one_line_error(run(script, *arguments))
 
 
 def test_resume_continues_the_run(pong_run, tmp_path):

@@ -9,6 +9,7 @@ outcome into its exit code and line with :func:`exit_code`.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -143,6 +144,12 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     except (WriteFailed, EnvFailed) as error:  # outside a run (play.py): a run turns them into its outcome
         print_error(prog, str(error))
         sys.exit(EXIT_CODES[Stop.WRITE_FAILED if isinstance(error, WriteFailed) else env_stop(error)])
+    except OSError as error:
+        if error.errno != errno.ENAMETOOLONG:  # a path argument of over 255 characters, asked whether it exists
+            raise
+        name = str(error.filename or "")
+        print_error(prog, f"a file name is longer than the file system takes: {name[:60]}{'...' if len(name) > 60 else ''}")
+        sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         name = signal.Signals(_last_stop[0]).name if _last_stop is not None else "SIGINT"
         print(f"{prog}: interrupted" + (f" by {name}" if name != "SIGINT" else ""), file=sys.stderr)
