@@ -162,6 +162,22 @@ def test_a_run_of_one_of_two_partials_resumes_only_with_its_own(tmp_path):
     assert {float(row["mean_episode_length"]) for row in read_progress(run_a)} == {5.0}
 
 
+def test_one_bound_method_registered_twice_is_one_callable():
+    # factory.make is a new object at each access: the id was marked shared, and a resume without env refused
+    from acer_sync.api.env_callables import callable_is_shared, register_callable
+
+    class Factory:
+        def make(self):
+            return gym.make("CartPole-v1")
+
+    factory = Factory()
+    env_id = register_callable(factory.make)
+    assert register_callable(factory.make) == env_id and not callable_is_shared(env_id)
+    register_callable(Factory().make)  # another instance's: another env, maybe
+    assert callable_is_shared(env_id)
+    gym.registry.pop(env_id)
+
+
 def test_an_id_run_resumes_through_the_api(runs, tmp_path):
     import shutil
 
@@ -370,6 +386,22 @@ def test_a_run_gives_the_callers_torch_thread_count_back(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_started_before_a_check_existed_resumes(tmp_path):
+    # --replay-ratio is at most 100 since 1e6 kept a Ctrl-C waiting: a run of 150 (not resumable to
+    # another ratio) could no longer be resumed at all
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **SMALL)
+    latest = run_dir / "checkpoints" / "latest.pt"
+    payload = torch.load(latest, weights_only=True)
+    payload["config"]["replay_ratio"] = 150.0
+    torch.save(payload, latest)
+    recorded = json.loads((run_dir / "config.json").read_text())
+    recorded["config"]["replay_ratio"] = 150.0
+    (run_dir / "config.json").write_text(json.dumps(recorded))
+    assert acer_sync.train(resume=run_dir, total_timesteps=240, progress_bar=False) == run_dir
+    with pytest.raises(acer_sync.UserError, match="--replay-ratio must be from 0 to 100"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "new", replay_ratio=150.0, **SMALL)
 
 
 def test_save_buffer_may_change_on_a_resume(tmp_path):

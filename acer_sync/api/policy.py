@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from gymnasium.vector.utils import batch_space, iterate
 
-from acer_sync.api.runs import callable_is_shared
+from acer_sync.api.env_callables import callable_is_shared
 from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
-from acer_sync.nets.build import model_spec, select_device
+from acer_sync.nets.build import image_rule_hint, model_spec, select_device
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
@@ -310,7 +310,8 @@ def check_env_fits(path, payload: dict) -> EnvInfo | None:
         differing = sorted(key for key in set(expected) | set(payload["model_spec"])
                            if expected.get(key) != payload["model_spec"].get(key))
         shown = "; ".join(f"{key} {payload['model_spec'].get(key)} (the env gives {expected.get(key)})" for key in differing[:3])
-        raise UserError(f"{path} holds a network that does not fit its env {payload['env_id']}: {shown}")
+        raise UserError(f"{path} holds a network that does not fit its env {payload['env_id']}: {shown}"
+                        f"{image_rule_hint(payload['model_spec'], expected)}")
     return info
 
 

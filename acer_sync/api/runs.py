@@ -18,11 +18,9 @@ training and for evaluation, comes from it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import multiprocessing
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +29,12 @@ from typing import Callable, Iterable
 import gymnasium as gym
 import numpy as np
 
+from acer_sync.api.env_callables import (
+    callable_env_id,
+    callable_is_shared,
+    is_callable_env,
+    register_callable,
+)
 from acer_sync.api.run_metadata import CONFIG_FILE, read_config, write_config
 from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
@@ -38,7 +42,7 @@ from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
-from acer_sync.nets.build import build_model, model_spec, network_arch, select_device
+from acer_sync.nets.build import build_model, image_rule_hint, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
@@ -49,9 +53,6 @@ from acer_sync.training.tracking import check_wandb
 from acer_sync.training.trainer import Trainer
 from atari.envs import EnvInfo, env_info
 from atari.errors import EnvFailed
-
-#: The gymnasium namespace under which env callables are registered.
-CALLABLE_NAMESPACE = "acer_sync-callable"
 
 EnvSource = str | Callable[[], gym.Env]
 
@@ -258,13 +259,13 @@ def _remove_a_run_that_wrote_nothing(run_dir: Path) -> None:
     _remove_empty([run_dir / "checkpoints"])
 
 
-def check_config(config: Config, info: EnvInfo, device_type: str | None = None) -> None:
+def check_config(config: Config, info: EnvInfo, device_type: str | None = None, resumed: bool = False) -> None:
     """The one check of a run's settings on its env, for the flags, config files, sweep files and
     the API: every problem ``acer_sync.base.config.validate`` finds, observation normalization on
     Atari frames, and a network that does not fit the observations, as a one-line UserError.
     ``device_type`` is the type of the device it trains on, where not this machine's
     ``config.device`` (a sweep's trial, on a node of the GPUs it reserved)."""
-    problems = validate(config)
+    problems = validate(config, resumed)
     if problems:
         raise UserError("; ".join(problems))
     if info.arch != "mlp" and config.normalize_obs:
@@ -297,63 +298,6 @@ def env_id_of(env: EnvSource) -> str:
     if not callable(env):
         raise UserError(f"env must be an env id or a callable that returns a gymnasium env, got {env!r}")
     return register_callable(env)
-
-
-def callable_env_id(make_env: Callable[[], gym.Env]) -> str:
-    """``acer_sync-callable/<module>.<qualified name>``, with characters gymnasium ids refuse replaced."""
-    module = getattr(make_env, "__module__", None) or "unknown"
-    name = getattr(make_env, "__qualname__", None) or type(make_env).__qualname__
-    return f"{CALLABLE_NAMESPACE}/" + re.sub(r"[^\w.-]", "-", f"{module}.{name}")
-
-
-def is_callable_env(env_id: str) -> bool:
-    """Whether ``env_id`` names an env callable (see [`register_callable`][])."""
-    return env_id.startswith(CALLABLE_NAMESPACE + "/")
-
-
-def register_callable(make_env: Callable[[], gym.Env]) -> str:
-    """Register ``make_env`` with gymnasium (replacing an earlier callable of the same name) and
-    return its id; ``gym.make`` of that id, here or in a forked worker, calls ``make_env()``.
-
-    Partials, lambdas and the instances of one class share a name, so two runs of this process may
-    have registered different callables under one id: the id is then marked shared
-    ([`callable_is_shared`][]), and what only the id names (a resume without ``env``, load's check
-    of the env) cannot tell which callable a run was trained on."""
-    env_id = callable_env_id(make_env)
-
-    def make(**kwargs) -> gym.Env:
-        if kwargs:
-            raise UserError(f"{env_id} is made by a callable without arguments; it cannot take {', '.join(kwargs)}")
-        env = make_env()
-        if not isinstance(env, gym.Env):
-            raise UserError(f"the env callable {env_id.split('/', 1)[1]} returned {type(env).__name__}, not a gymnasium env")
-        return env
-
-    earlier = gym.registry.get(env_id)
-    earlier_make = getattr(earlier.entry_point, "make_env", None) if earlier is not None else None
-    make.make_env = make_env
-    make.shared = earlier is not None and (getattr(earlier.entry_point, "shared", False) or not _same_callable(earlier_make, make_env))
-    gym.registry.pop(env_id, None)
-    gym.register(env_id, entry_point=make)
-    return env_id
-
-
-def _same_callable(first, second) -> bool:
-    """Whether two env callables are one: the same object, or partials of one function with equal arguments."""
-    if first is second:
-        return True
-    if not (isinstance(first, functools.partial) and isinstance(second, functools.partial)):
-        return False
-    try:
-        return bool(first.func is second.func and first.args == second.args and first.keywords == second.keywords)
-    except Exception:  # noqa: BLE001 - arguments whose == raises or is not a bool (arrays): not provably equal
-        return False
-
-
-def callable_is_shared(env_id: str) -> bool:
-    """Whether this process registered different callables under ``env_id`` ([`register_callable`][])."""
-    spec = gym.registry.get(env_id)
-    return spec is not None and bool(getattr(spec.entry_point, "shared", False))
 
 
 def default_run_dir(config: Config) -> Path:
@@ -445,12 +389,12 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     if progress.exists() and progress.stat().st_size > 0:
         check_progress(progress)
     info = env_info(config.env, config.env_kwargs)
-    check_config(config, info)
+    check_config(config, info, resumed=True)
     expected = model_spec(info, config)
     if payload["model_spec"] != expected or payload["env_id"] != config.env:
         raise UserError(
             f"the checkpoint in {run_dir} was made for {payload['env_id']} with network "
-            f"{payload['model_spec']}, not {config.env} with {expected}"
+            f"{payload['model_spec']}, not {config.env} with {expected}{image_rule_hint(payload['model_spec'], expected)}"
         )
     return config, info, payload
 

@@ -22,8 +22,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from acer_sync.api.env_callables import is_callable_env
 from acer_sync.api.policy import Policy, load
-from acer_sync.api.runs import is_callable_env
 from acer_sync.base.config import MAX_SEED
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.cli.args import OneLineParser, path
