@@ -262,6 +262,14 @@ def is_pixel_box(space: gym.Space) -> bool:
             and bool(np.all(space.low == 0)) and bool(np.all(space.high == 255)))
 
 
+def all_parts(space: gym.Space) -> list[gym.Space]:
+    """``space`` and, for a Dict or Tuple, every part inside it, however deep."""
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        parts = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return [space, *(inner for part in parts for inner in all_parts(part))]
+    return [space]
+
+
 def unsupported_part(space: gym.Space) -> gym.Space | None:
     """The first part of ``space`` that cannot be flattened into a vector of numbers, or None."""
     if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
@@ -363,10 +371,13 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
         return adapted
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return env
-    if is_pixel_box(space) and len(space.shape) > 3:
+    stacked = next((part for part in all_parts(space) if is_pixel_box(part) and len(part.shape) > 3), None)
+    if stacked is not None:
+        inside = f" (its part {stacked})" if stacked is not space else ""
         raise UserError(
-            f"{env_id} has observation space {space}: pixels of rank {len(space.shape)} (a frame stack of RGB frames?); "
-            "acer_sync takes an image as (H, W), (H, W, C) or (C, H, W): stack the frames along the channels, or not at all"
+            f"{env_id} has observation space {space}{inside}: pixels of rank {len(stacked.shape)} (a frame stack of RGB "
+            "frames?); acer_sync takes an image as (H, W), (H, W, C) or (C, H, W): stack the frames along the channels, "
+            "or not at all"
         )
     if has_image_part(space):
         frames_space, to_frames = part_frames(space, env_id)
@@ -790,11 +801,11 @@ class VecEnv:
                 )
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Reset every env; returns ``(frames, lives)``. ale-py's vector env takes seeds below 2**31 - 1
-        only: a larger one (a run's seed, plus the offsets of its evaluations and resumes) is taken
-        modulo that, the same seed always to the same."""
+        """Reset every env; returns ``(frames, lives)``. ale-py's vector env seeds env i with seed + i,
+        each below 2**31 - 1: a larger seed (a run's, plus the offsets of its evaluations and
+        resumes) is taken modulo 2**31 - 1 - N, the same seed always to the same."""
         if seed is not None and self.backend == "ale":
-            seed %= ALE_SEED_SPAN
+            seed %= ALE_SEED_SPAN - self.num_envs  # it seeds env i with seed + i
         obs, info = self._call("reset", self.env.reset, seed=seed)
         frames = self._frames(obs)
         self._check_finite(frames, None)

@@ -683,6 +683,19 @@ def test_a_resume_writes_a_missing_config_json_again(run_copy):
     assert recorded["config"]["total_timesteps"] == 520 and recorded["config"]["num_envs"] == SMALL["num_envs"]
 
 
+def test_after_a_roll_back_the_new_history_writes_its_own_buffer_at_a_step_the_old_one_reached(run_copy):
+    # The old history's buffer.npz (step 480) was taken for the new history's at step 480 and kept;
+    # the next resume replayed the old history's segments.
+    checkpoints = run_copy / "checkpoints"
+    with np.load(checkpoints / BUFFER_FILE) as old:
+        assert int(old["checkpoint_step"]) == 480
+        old_frames = old["frames"].copy()
+    shutil.copyfile(checkpoints / "step_0000000240.pt", checkpoints / LATEST)
+    acer_sync.train(resume=run_copy, total_timesteps=480, verbose=0)  # the new history (its envs restarted), to 480 again
+    with np.load(checkpoints / BUFFER_FILE) as new:
+        assert int(new["checkpoint_step"]) == 480 and not np.array_equal(new["frames"], old_frames)
+
+
 def test_a_resume_from_an_older_step_copy_sets_the_later_copies_aside(run_copy):
     # After a roll-back the copies past its step stayed: a damaged latest.pt later named one of the
     # left history ("go back there"), and --keep-checkpoints, sorting by name, kept them over the new ones.

@@ -280,3 +280,17 @@ def test_an_integer_or_a_zero_width_box_of_actions_is_a_one_line_error(tmp_path,
     with pytest.raises(UserError, match=message) as error:
         acer_sync.train(Env, run_dir=tmp_path / "run", total_timesteps=40, verbose=0)
     assert "\n" not in str(error.value) and not (tmp_path / "run").exists()
+
+
+def test_log_sigma_at_a_bound_gets_its_whole_gradient():
+    # The update projects log σ exactly onto a bound after a step past it; torch.minimum/maximum
+    # then passed half its gradient (a tie), where clamp passes all of it, as before the scale.
+    for action_scale in (None, [[0.0, 0.0], [2.0, 0.5]]):
+        spec = dict(obs_shape=[1, 4], n_actions=2, arch="mlp", hidden=[8], policy="gaussian", normalize_obs=False,
+                    init_std=[0.3, 0.3], **({"action_scale": action_scale} if action_scale else {}))
+        model = network_from_spec(spec)
+        (log_std, low, high), = model.parameter_bounds()
+        with torch.no_grad():
+            log_std.copy_(torch.stack([low[0], high[1]]))
+        model.policy_of(features_of(model, torch.randn(5, 1, 4)))[:, 2:].sum().backward()
+        assert log_std.grad.tolist() == [5.0, 5.0]

@@ -247,12 +247,14 @@ def test_noop_starts_are_as_varied_as_baselines(backend):
 def test_the_ale_backend_takes_every_seed_a_run_may_give_it():
     # ale-py's vector env refused 2**31 - 1 and above with a TypeError: a run seeded 2**31 - 1 did
     # not start (exit 3, "an env failed"), and 2,140,000,000 failed at its 7th evaluation (seed + 1,000,003 k)
+    # (ale-py seeds env i with seed + i: with 8 envs, 2,147,483,643 failed too)
     info = env_info("PongNoFrameskip-v4")
-    env = VecEnv(info, 2, "ale")
+    env = VecEnv(info, 8, "ale")
     try:
         first, _ = env.reset(seed=2**32 - 1)
         again, _ = env.reset(seed=2**32 - 1)
-        env.reset(seed=2_140_000_000 + 7 * 1_000_003)
+        for seed in (2_140_000_000 + 7 * 1_000_003, 2**31 - 5, 2**31 - 1):
+            env.reset(seed=seed)
     finally:
         env.close()
     assert np.array_equal(first, again)  # the same seed, the same games

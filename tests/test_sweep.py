@@ -586,6 +586,16 @@ def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_n
     (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
     with pytest.raises(UserError, match=r"run from a different file \(its trials differ: lr\)"):
         check_same_sweep(sweep, sweep_dir)
+    # a setting a preset now sets away from its default (action_scale box on continuous envs): the
+    # same file was refused as "a different file (its trials differ: action_scale)"
+    pendulum = load_sweep(write(tmp_path, "name: pend\nenvs: [Pendulum-v1]\nseeds: [0]\n"))
+    pendulum_dir = tmp_path / "runs" / pendulum.name
+    check_same_sweep(pendulum, pendulum_dir)
+    record = json.loads((pendulum_dir / RECORD_FILE).read_text())
+    for config in record["trials"].values():
+        assert config.pop("action_scale") == "box"
+    (pendulum_dir / RECORD_FILE).write_text(json.dumps(record))
+    check_same_sweep(pendulum, pendulum_dir)
 
 
 def test_a_cluster_gets_the_clone_or_an_installed_acer_syncs_two_packages(tmp_path, monkeypatch):
@@ -705,6 +715,17 @@ def test_a_trial_that_reserved_no_gpu_runs_auto_on_the_cpu(tmp_path):
     assert start_run(trial("auto"), [])[0].device == "cpu"
     assert start_run(trial("auto"), ["0"])[0].device == "auto"  # a share of GPU 0 (gpus: 0.25)
     assert start_run(trial("cpu"), ["0"])[0].device == "cpu"
+
+
+def test_a_flag_overrides_a_config_files_setting_given_by_its_alias(tmp_path):
+    # file net_arch "64,64" and --net-arch 32: "gives the setting hidden twice" (it ran with 32 before)
+    from acer_sync.cli import train
+
+    path = tmp_path / "netarch.yaml"
+    path.write_text('net_arch: "64,64"\n')
+    assert train.main(["--env", "CartPole-v1", "--config", str(path), "--net-arch", "32", "--total-timesteps", "40",
+                       "--run-dir", str(tmp_path / "run"), "--no-progress", "--num-envs", "2"]) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["hidden"] == "32"
 
 
 def test_a_setting_and_its_alias_together_are_refused_in_a_config_file_and_from_python(tmp_path):

@@ -282,8 +282,10 @@ MAX_ENV_TIMEOUT = 1e9
 MAX_SDN_SAMPLES = 1000
 
 
-def validate(config: Config) -> list[str]:
-    """Every problem with ``config``, as one-line messages naming the flag (empty if none)."""
+def validate(config: Config, resumed: bool = False) -> list[str]:
+    """Every problem with ``config``, as one-line messages naming the flag (empty if none);
+    ``resumed``: the config of a run being resumed, which the checks added since it may have been
+    started (the cap on --replay-ratio, --replay-start in whole segments) leave as it is."""
     problems = []
 
     def need(ok: bool, message: str) -> None:
@@ -313,8 +315,8 @@ def validate(config: Config) -> list[str]:
     need(0 <= config.alpha < 1, "--alpha must be in [0, 1)")
     # each iteration's off-policy updates run before a stop is looked at: 1e6 of them kept a Ctrl-C
     # waiting for hours, and numpy's Poisson draw refuses a mean of 1e20 (at the first replay)
-    need(math.isfinite(config.replay_ratio) and 0 <= config.replay_ratio <= MAX_REPLAY_RATIO,
-         f"--replay-ratio must be from 0 to {MAX_REPLAY_RATIO:g} (the paper's is 4)")
+    need(math.isfinite(config.replay_ratio) and config.replay_ratio >= 0, "--replay-ratio must be finite and >= 0")
+    need(resumed or config.replay_ratio <= MAX_REPLAY_RATIO, f"--replay-ratio must be from 0 to {MAX_REPLAY_RATIO:g} (the paper's is 4)")
     need(config.replay_start >= 0, "--replay-start must be >= 0")
     need(
         config.buffer_size >= config.nsteps,
@@ -322,7 +324,7 @@ def validate(config: Config) -> list[str]:
     )
     held = config.buffer_size // config.nsteps * config.nsteps if config.nsteps >= 1 else config.buffer_size  # whole segments
     need(
-        config.replay_ratio == 0 or config.replay_start <= held,
+        config.replay_ratio == 0 or config.replay_start <= (config.buffer_size if resumed else held),
         f"--replay-start ({config.replay_start}) exceeds what --buffer-size ({config.buffer_size}) holds"
         + (f" in whole segments of --nsteps ({held})" if held != config.buffer_size else "") + ", so replay would never start",
     )

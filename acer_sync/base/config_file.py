@@ -139,14 +139,16 @@ def read_yaml_mapping(path: Path) -> dict:
 
 
 def load_config_file(path: Path) -> dict:
-    """The settings of a ``--config`` file, checked: ``{field name: value}``; a setting given under
-    two names (``hidden`` and its alias ``net_arch``) is a UserError (one of them won, in silence)."""
-    settings = {str(name): check_setting(str(name), value, str(path)) for name, value in read_yaml_mapping(path).items()}
-    seen = {}
-    for name in settings:
+    """The settings of a ``--config`` file, checked: ``{field name: value}`` (an alias such as
+    ``net_arch`` under the field it names); a setting given under two names (``hidden`` and
+    ``net_arch``) is a UserError (one of them won, in silence)."""
+    settings, seen = {}, {}
+    for name, value in read_yaml_mapping(path).items():
+        name = str(name)
         if setting_name(name) in seen:
             raise UserError(f"{path}: gives the setting {setting_name(name)} twice, as {seen[setting_name(name)]} and {name}")
         seen[setting_name(name)] = name
+        settings[setting_name(name)] = check_setting(name, value, str(path))  # by its field's name: a flag overrides it
     return settings
 
 

@@ -50,6 +50,20 @@ def network_arch(info: EnvInfo, config: Config) -> str:
     return arch
 
 
+def image_rule_hint(saved_spec: dict, expected_spec: dict) -> str:
+    """Where a checkpoint's network read images that the env's observations are no longer taken for,
+    why, as "; ..." to end a message: a uint8 Box is an image only with the bounds 0 and 255 since
+    the version that took SB3's rule (before, any uint8 Box of rank 2 or 3 was)."""
+    def images(spec: dict) -> int:
+        frames = spec.get("arch") in ("cnn", "cnn_lstm")
+        return int(frames) + sum(dtype == "uint8" for _, _, dtype in spec.get("obs_parts", []))
+
+    if images(saved_spec) <= images(expected_spec):
+        return ""
+    return ("; a uint8 Box is an image only with the bounds 0 and 255 since this version (SB3's rule), and this "
+            "checkpoint's network read one of other bounds as an image: give the env's space those bounds to use it")
+
+
 def model_spec(info: EnvInfo, config: Config) -> dict:
     """The network a run of ``config`` on ``info`` trains, as its full spec (what
     :meth:`~acer_sync.nets.networks.ActorCriticNet.spec` returns): derived, without building it."""

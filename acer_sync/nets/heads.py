@@ -126,7 +126,7 @@ class GaussianHead(nn.Module):
         mean = self.mean(self.mean_mlp(features))
         if self.centred:
             mean = self.action_centre + mean
-        log_std = torch.minimum(torch.maximum(self.log_std, self.log_std_low), self.log_std_high).expand_as(mean)
+        log_std = self.log_std.clamp(self.log_std_low, self.log_std_high).expand_as(mean)  # all the gradient at a bound
         return torch.cat([mean, log_std], dim=-1)
 
     def value_of(self, features: torch.Tensor) -> torch.Tensor:

@@ -204,13 +204,16 @@ def network_from_spec(spec: dict) -> Network:
 
 
 def buffer_slots(module: nn.Module) -> list[tuple[nn.Module, str]]:
-    """Each buffer of ``module`` as ``(owning module, name)``, in ``named_buffers()`` order. Reading
+    """Each buffer of ``module`` that is its state (not a constant of its spec, which two networks of
+    one spec hold alike) as ``(owning module, name)``, in ``named_buffers()`` order. Reading
     ``owner._buffers[name]`` each time finds a buffer that a user's torso rebinds (``self.mean =
     ...``, a new tensor) as well as one updated in place, without walking the modules again."""
     slots = []
     for name, _ in module.named_buffers():
         owner_path, _, leaf = name.rpartition(".")
-        slots.append((module.get_submodule(owner_path), leaf))
+        owner = module.get_submodule(owner_path)
+        if leaf not in owner._non_persistent_buffers_set:  # constants of the spec (a Box's centre): alike in both
+            slots.append((owner, leaf))
     return slots
 
 

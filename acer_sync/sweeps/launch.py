@@ -270,13 +270,16 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
             raise UserError(f"cannot read {record_path} ({type(error).__name__}): restore it, or move it away") from None
         if not isinstance(saved, dict):
             raise UserError(f"{record_path} is not a sweep's record: restore it, or move it away")
-        # A setting added to Config since the sweep was started is recorded at its default, which
-        # is how the sweep's trials ran (precision fp32, say).
+        # A setting added to Config since the sweep was started was not in its file, which could not
+        # name it: it compares as the file expands it now (a preset may set it: action_scale box on
+        # continuous envs), and the trials resume with the settings their checkpoints hold.
         defaults = json.loads(json.dumps(setting_defaults(), default=str))
         trials = saved.get("trials")
         if isinstance(trials, dict):
-            saved["trials"] = trials = {name: {**defaults, **config} if isinstance(config, dict) else config
-                                        for name, config in trials.items()}
+            saved["trials"] = trials = {
+                name: {**record["trials"].get(name, defaults), **config} if isinstance(config, dict) else config
+                for name, config in trials.items()
+            }
         else:
             trials = {}
         if saved != record:

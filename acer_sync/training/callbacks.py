@@ -258,8 +258,10 @@ class CheckpointCallback(Callback):
     def on_training_start(self, trainer) -> None:
         self.next_checkpoint = next_multiple(trainer.timesteps, self.config.checkpoint_every)
         self._set_aside_a_rolled_back_history(trainer.timesteps)
-        #: The step of the buffer file beside the checkpoints (None: none, or unreadable).
-        self.buffer_step = saved_buffer_step(self.directory) if self.config.save_buffer else None
+        #: The step of the buffer file beside the checkpoints, where it is the resumed checkpoint's (None
+        #: otherwise: one of a history rolled back from may carry a step the new history reaches later).
+        saved = saved_buffer_step(self.directory) if self.config.save_buffer else None
+        self.buffer_step = saved if saved == trainer.timesteps else None
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if trainer.timesteps >= self.next_checkpoint and trainer.agent.nonfinite_streak == 0:
