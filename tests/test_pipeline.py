@@ -83,8 +83,9 @@ def test_the_acting_copy_takes_the_weights_and_gives_back_the_normalizers_statis
     acting.exchange()
     for a, b in zip(acting.model.parameters(), online.parameters()):
         assert torch.equal(a, b)
-    for a, b in zip(acting.model.buffers(), online.buffers()):
+    for a, b in zip(acting.model.buffers(), online.buffers(), strict=True):
         assert torch.equal(a, b)
+
     assert online.normalizer.count.item() > 1
 
 

@@ -203,18 +203,23 @@ def network_from_spec(spec: dict) -> Network:
     return ActorCriticNet(spec)
 
 
+def named_buffer_slots(module: nn.Module) -> dict[str, tuple[nn.Module, str]]:
+    """:func:`buffer_slots` by the buffers' names in ``module``."""
+    slots = {}
+    for name, _ in module.named_buffers():
+        owner_path, _, leaf = name.rpartition(".")
+        owner = module.get_submodule(owner_path)
+        if leaf not in owner._non_persistent_buffers_set:  # constants of the spec (a Box's centre): alike in both
+            slots[name] = (owner, leaf)
+    return slots
+
+
 def buffer_slots(module: nn.Module) -> list[tuple[nn.Module, str]]:
     """Each buffer of ``module`` that is its state (not a constant of its spec, which two networks of
     one spec hold alike) as ``(owning module, name)``, in ``named_buffers()`` order. Reading
     ``owner._buffers[name]`` each time finds a buffer that a user's torso rebinds (``self.mean =
     ...``, a new tensor) as well as one updated in place, without walking the modules again."""
-    slots = []
-    for name, _ in module.named_buffers():
-        owner_path, _, leaf = name.rpartition(".")
-        owner = module.get_submodule(owner_path)
-        if leaf not in owner._non_persistent_buffers_set:  # constants of the spec (a Box's centre): alike in both
-            slots.append((owner, leaf))
-    return slots
+    return list(named_buffer_slots(module).values())
 
 
 def read_slots(slots: list[tuple[nn.Module, str]]) -> list[torch.Tensor]:

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from acer_sync.nets.networks import Network, buffer_slots, network_from_spec, read_slots
+from acer_sync.nets.networks import Network, named_buffer_slots, network_from_spec, read_slots
 from acer_sync.replay.buffer import Segment
 from atari.errors import EnvTimedOut
 
@@ -43,8 +43,8 @@ class ActingCopy:
         # The observation normalizer's statistics are gathered by acting, a user torso's others (a
         # BatchNorm's running statistics) by the updates: each goes from where it is gathered. The
         # buffers are found through their modules at each exchange, so one a torso rebinds is followed.
-        names = [name for name, _ in online.named_buffers()]
-        online_slots, acting_slots = dict(zip(names, buffer_slots(online))), dict(zip(names, buffer_slots(self.model)))
+        online_slots, acting_slots = named_buffer_slots(online), named_buffer_slots(self.model)
+        names = list(online_slots)
         gathered = [name for name in names if name.startswith("normalizer.")]
         learned = [name for name in names if name not in gathered]
         self._online_slots, self._acting_slots = list(online_slots.values()), list(acting_slots.values())
