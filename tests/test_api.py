@@ -415,3 +415,15 @@ def test_save_buffer_may_change_on_a_resume(tmp_path):
     assert buffer.exists() and load_checkpoint(run_dir)["config"]["save_buffer"] is True
     acer_sync.train(resume=run_dir, total_timesteps=600, save_buffer=False, progress_bar=False)
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 600
+
+
+def test_settings_the_run_does_not_use_get_one_warning(tmp_path, caplog):
+    # --lstm-size 256 on a feed-forward Pong run trained 10 hours as if it were not given, in silence
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="acer_sync"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", lstm_size=7, sdn_samples=3, trust_region=False, delta=5.0,
+                        progress_bar=False, **SMALL)
+    warnings = [record.getMessage() for record in caplog.records if "does not use" in record.getMessage()]
+    assert warnings == ["this run does not use --lstm-size (the network has no LSTM), --sdn-samples (the actions are "
+                        "discrete), --delta (--no-trust-region)"]

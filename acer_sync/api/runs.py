@@ -188,6 +188,9 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         check_config(config, info)
         if config.torso_kwargs and not config.torso:  # (a resumed run of an older version may hold such, unused)
             raise UserError("--torso-kwargs are for a --torso class, and none is given")
+        unused = unused_settings(settings, config, info)
+        if unused:
+            log.warning("this run does not use " + ", ".join(f"--{name.replace('_', '-')} ({why})" for name, why in unused.items()))
         run_dir = run_dir if run_dir is not None else default_run_dir(config)
         created = prepare_run_dir(run_dir)
         try:
@@ -257,6 +260,19 @@ def _remove_a_run_that_wrote_nothing(run_dir: Path) -> None:
         except OSError:
             return
     _remove_empty([run_dir / "checkpoints"])
+
+
+def unused_settings(given: dict, config: Config, info: EnvInfo) -> dict[str, str]:
+    """The settings the user gave (``given``) that this run does not use, each with why: an LSTM's
+    with a network without memory, a Gaussian policy's with discrete actions, the trust region's
+    without it."""
+    recurrent = network_arch(info, config).endswith("lstm")
+    why = {
+        **dict.fromkeys(("lstm_size", "lstm_norm", "replay_state"), "the network has no LSTM" if not recurrent else None),
+        **dict.fromkeys(("policy_std", "sdn_samples", "action_scale"), "the actions are discrete" if not info.continuous else None),
+        "delta": "--no-trust-region" if not config.trust_region else None,
+    }
+    return {name: why[name] for name in given if why.get(name)}
 
 
 def check_config(config: Config, info: EnvInfo, device_type: str | None = None, resumed: bool = False) -> None:
