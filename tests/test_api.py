@@ -176,6 +176,11 @@ def test_one_bound_method_registered_twice_is_one_callable():
     register_callable(Factory().make)  # another instance's: another env, maybe
     assert callable_is_shared(env_id)
     gym.registry.pop(env_id)
+    import functools
+
+    partial_id = register_callable(functools.partial(factory.make))
+    assert register_callable(functools.partial(factory.make)) == partial_id and not callable_is_shared(partial_id)
+    gym.registry.pop(partial_id)
 
 
 def test_an_id_run_resumes_through_the_api(runs, tmp_path):
@@ -394,10 +399,10 @@ def test_a_run_started_before_a_check_existed_resumes(tmp_path):
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **SMALL)
     latest = run_dir / "checkpoints" / "latest.pt"
     payload = torch.load(latest, weights_only=True)
-    payload["config"]["replay_ratio"] = 150.0
+    payload["config"].update(replay_ratio=150.0, sdn_samples=2000)  # --sdn-samples' cap is older, the same
     torch.save(payload, latest)
     recorded = json.loads((run_dir / "config.json").read_text())
-    recorded["config"]["replay_ratio"] = 150.0
+    recorded["config"].update(replay_ratio=150.0, sdn_samples=2000)
     (run_dir / "config.json").write_text(json.dumps(recorded))
     assert acer_sync.train(resume=run_dir, total_timesteps=240, progress_bar=False) == run_dir
     with pytest.raises(acer_sync.UserError, match="--replay-ratio must be from 0 to 100"):
@@ -427,3 +432,8 @@ def test_settings_the_run_does_not_use_get_one_warning(tmp_path, caplog):
     warnings = [record.getMessage() for record in caplog.records if "does not use" in record.getMessage()]
     assert warnings == ["this run does not use --lstm-size (the network has no LSTM), --sdn-samples (the actions are "
                         "discrete), --delta (--no-trust-region)"]
+    caplog.clear()  # a value the run has anyway (configs/classic.yaml's delta, its preset's) is no setting to warn of
+    with caplog.at_level(logging.WARNING, logger="acer_sync"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "preset", trust_region=False, delta=PRESETS["classic"].get("delta", 1.0),
+                        lstm_norm="none", progress_bar=False, **SMALL)
+    assert not [record for record in caplog.records if "does not use" in record.getMessage()]

@@ -596,6 +596,10 @@ def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_n
         assert config.pop("action_scale") == "box"
     (pendulum_dir / RECORD_FILE).write_text(json.dumps(record))
     check_same_sweep(pendulum, pendulum_dir)
+    # ... but a file that now sets such a setting itself is a changed file (it was taken for the same)
+    changed = load_sweep(write(tmp_path, "name: pend\nenvs: [Pendulum-v1]\nseeds: [0]\nsettings: {action_scale: none}\n"))
+    with pytest.raises(UserError, match=r"its trials differ: action_scale"):
+        check_same_sweep(changed, pendulum_dir)
 
 
 def test_a_cluster_gets_the_clone_or_an_installed_acer_syncs_two_packages(tmp_path, monkeypatch):

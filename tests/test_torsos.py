@@ -152,6 +152,21 @@ def test_a_torso_returning_float64_trains_with_either_memory(tmp_path, network):
 
 
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_a_buffer_the_torso_does_not_save_reaches_the_acting_copy_and_the_average_network(tmp_path, pipeline):
+    # Every unsaved buffer was taken for a constant of the spec (as the Gaussian head's Box centre)
+    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:UnsavedStateTorso", vec_env="sync",
+                                      device="cpu", num_envs=2, nsteps=5, total_timesteps=100, eval_every=0,
+                                      log_interval=1, threads=1, pipeline=pipeline, replay_start=10))
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert trainer.train().finished
+    online = trainer.model.torso.module.running_max
+    assert online > 0
+    assert torch.equal(trainer.agent.average_model.torso.module.running_max, online)
+    if pipeline == "overlap":
+        assert torch.equal(trainer.acting.model.torso.module.running_max, online)
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
 def test_a_buffer_the_torso_rebinds_reaches_the_acting_copy_and_the_average_network(tmp_path, pipeline):
     # ActingCopy and PolyakAverage listed the buffer tensors once: a torso that rebinds its buffer
     # (self.mean = ...) left the acting copy, and the average network, on the first tensor.

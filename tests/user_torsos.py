@@ -104,6 +104,19 @@ class Float64Torso(SmallTorso):
         return self.layer(obs.double())
 
 
+class UnsavedStateTorso(SmallTorso):
+    """Keeps the largest input seen in a buffer it does not save (``persistent=False``)."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16):
+        super().__init__(observation_space, features_dim)
+        self.register_buffer("running_max", torch.zeros(()), persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.running_max.copy_(torch.maximum(self.running_max, obs.abs().max().detach()))
+        return self.layer(obs)
+
+
 class RebindingTorso(SmallTorso):
     """Keeps a running mean of its input in a buffer that its training-mode forward rebinds
     (``self.mean = ...``, a new tensor) rather than updating in place."""

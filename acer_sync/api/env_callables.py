@@ -66,7 +66,8 @@ def _same_callable(first, second) -> bool:
     if not (isinstance(first, functools.partial) and isinstance(second, functools.partial)):
         return False
     try:
-        return bool(first.func is second.func and first.args == second.args and first.keywords == second.keywords)
+        return bool(_same_callable(first.func, second.func) and first.args == second.args
+                    and first.keywords == second.keywords)
     except Exception:  # noqa: BLE001 - arguments whose == raises or is not a bool (arrays): not provably equal
         return False
 

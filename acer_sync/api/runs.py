@@ -188,7 +188,9 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         check_config(config, info)
         if config.torso_kwargs and not config.torso:  # (a resumed run of an older version may hold such, unused)
             raise UserError("--torso-kwargs are for a --torso class, and none is given")
-        unused = unused_settings(settings, config, info)
+        baseline = build_config(info.atari, {"env": env_id}, continuous=info.continuous, env_settings=env_settings)
+        unused = unused_settings({name: value for name, value in settings.items() if getattr(baseline, name, None) != value},
+                                 config, info)
         if unused:
             log.warning("this run does not use " + ", ".join(f"--{name.replace('_', '-')} ({why})" for name, why in unused.items()))
         run_dir = run_dir if run_dir is not None else default_run_dir(config)
@@ -263,9 +265,10 @@ def _remove_a_run_that_wrote_nothing(run_dir: Path) -> None:
 
 
 def unused_settings(given: dict, config: Config, info: EnvInfo) -> dict[str, str]:
-    """The settings the user gave (``given``) that this run does not use, each with why: an LSTM's
-    with a network without memory, a Gaussian policy's with discrete actions, the trust region's
-    without it."""
+    """The settings the user gave (``given``: flags, a config file's, keywords; those at the values
+    the run has without them, such as a preset file's, left out) that this run does not use, each
+    with why: an LSTM's with a network without memory, a Gaussian policy's with discrete actions,
+    the trust region's without it."""
     recurrent = network_arch(info, config).endswith("lstm")
     why = {
         **dict.fromkeys(("lstm_size", "lstm_norm", "replay_state"), "the network has no LSTM" if not recurrent else None),

@@ -270,6 +270,9 @@ def hidden_sizes(config: Config) -> tuple[int, ...]:
 MAX_SEED = 2**32 - 1
 #: The most off-policy updates per on-policy one that ``--replay-ratio`` takes (a mean: Poisson draws).
 MAX_REPLAY_RATIO = 100.0
+#: Far below the largest mean numpy's Poisson draw takes (about 9e18): a resumed run keeps a ratio
+#: it was started with above :data:`MAX_REPLAY_RATIO`, but never one the draw refuses.
+POISSON_MEAN_LIMIT = 1e9
 #: The most threads a run may ask for: OpenMP crashed the process at 100,000, without a message.
 MAX_THREADS = 1024
 #: The widest layer: torch's shapes overflow past 2**63 with a C++ traceback; below this a size
@@ -285,7 +288,8 @@ MAX_SDN_SAMPLES = 1000
 def validate(config: Config, resumed: bool = False) -> list[str]:
     """Every problem with ``config``, as one-line messages naming the flag (empty if none);
     ``resumed``: the config of a run being resumed, which the checks added since it may have been
-    started (the cap on --replay-ratio, --replay-start in whole segments) leave as it is."""
+    started (the caps on --replay-ratio and --sdn-samples, --replay-start in whole segments) leave
+    as it is."""
     problems = []
 
     def need(ok: bool, message: str) -> None:
@@ -316,7 +320,8 @@ def validate(config: Config, resumed: bool = False) -> list[str]:
     # each iteration's off-policy updates run before a stop is looked at: 1e6 of them kept a Ctrl-C
     # waiting for hours, and numpy's Poisson draw refuses a mean of 1e20 (at the first replay)
     need(math.isfinite(config.replay_ratio) and config.replay_ratio >= 0, "--replay-ratio must be finite and >= 0")
-    need(resumed or config.replay_ratio <= MAX_REPLAY_RATIO, f"--replay-ratio must be from 0 to {MAX_REPLAY_RATIO:g} (the paper's is 4)")
+    need(config.replay_ratio <= (POISSON_MEAN_LIMIT if resumed else MAX_REPLAY_RATIO),
+         f"--replay-ratio must be from 0 to {MAX_REPLAY_RATIO:g} (the paper's is 4)")
     need(config.replay_start >= 0, "--replay-start must be >= 0")
     need(
         config.buffer_size >= config.nsteps,
@@ -345,7 +350,7 @@ def validate(config: Config, resumed: bool = False) -> list[str]:
     need(math.isfinite(config.reward_scale) and config.reward_scale > 0, "--reward-scale must be finite and > 0")
     need(math.isfinite(config.policy_std) and config.policy_std > 0, "--policy-std must be finite and > 0")
     need(config.sdn_samples >= 1, "--sdn-samples must be >= 1")
-    need(config.sdn_samples <= MAX_SDN_SAMPLES, f"--sdn-samples must be <= {MAX_SDN_SAMPLES}")
+    need(resumed or config.sdn_samples <= MAX_SDN_SAMPLES, f"--sdn-samples must be <= {MAX_SDN_SAMPLES}")
     need(config.lstm_size >= 1, "--lstm-size must be >= 1")
     need(config.lstm_size <= MAX_LAYER_SIZE, f"--lstm-size must be <= {MAX_LAYER_SIZE}")
     try:

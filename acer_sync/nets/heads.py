@@ -94,6 +94,8 @@ class GaussianHead(nn.Module):
         if len(centre) != action_dim or len(half_width) != action_dim or min(half_width) <= 0:
             raise ValueError(f"action_scale must be [centre, half_width] of {action_dim} numbers each, half_width > 0")
         self.centred = any(value != 0.0 for value in centre)
+        #: Buffers that are the spec's constants, not state: never copied between networks.
+        self.spec_constants = frozenset({"action_centre", "log_std_low", "log_std_high"})
         # constants of the spec, not state: on the network's device, and out of its state_dict
         self.register_buffer("action_centre", torch.tensor(centre, dtype=torch.float32), persistent=False)
         log_half_width = torch.log(torch.tensor(half_width, dtype=torch.float32))

@@ -209,7 +209,7 @@ def named_buffer_slots(module: nn.Module) -> dict[str, tuple[nn.Module, str]]:
     for name, _ in module.named_buffers():
         owner_path, _, leaf = name.rpartition(".")
         owner = module.get_submodule(owner_path)
-        if leaf not in owner._non_persistent_buffers_set:  # constants of the spec (a Box's centre): alike in both
+        if leaf not in getattr(owner, "spec_constants", ()):  # a Box's centre: alike in two networks of one spec
             slots[name] = (owner, leaf)
     return slots
 

@@ -35,11 +35,13 @@ from ray.tune import CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from acer_sync.api.run_metadata import git_commit
-from acer_sync.base.config import setting_defaults
+from acer_sync.base.config import build_config, setting_defaults
+from acer_sync.base.config_file import load_env_settings
 from acer_sync.base.errors import UserError, delivered_again
 from acer_sync.sweeps.spec import Sweep, sweep_record
 from acer_sync.sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
 from acer_sync.training.checkpoint import atomic_write
+from atari.envs import env_info
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TUNE_DIR = "tune"
@@ -271,15 +273,13 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
         if not isinstance(saved, dict):
             raise UserError(f"{record_path} is not a sweep's record: restore it, or move it away")
         # A setting added to Config since the sweep was started was not in its file, which could not
-        # name it: it compares as the file expands it now (a preset may set it: action_scale box on
-        # continuous envs), and the trials resume with the settings their checkpoints hold.
-        defaults = json.loads(json.dumps(setting_defaults(), default=str))
+        # name it: it compares at what the trial's other settings, its env's preset and the env's file
+        # give it now (precision fp32; action_scale box on a continuous env), so a file that sets it
+        # is a changed file.
         trials = saved.get("trials")
         if isinstance(trials, dict):
-            saved["trials"] = trials = {
-                name: {**record["trials"].get(name, defaults), **config} if isinstance(config, dict) else config
-                for name, config in trials.items()
-            }
+            saved["trials"] = trials = {name: completed_record(config) if isinstance(config, dict) else config
+                                        for name, config in trials.items()}
         else:
             trials = {}
         if saved != record:
@@ -298,6 +298,21 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
             atomic_write(record_path, lambda handle: handle.write(text.encode()))  # never half a record (a full disk)
         except OSError as error:
             raise UserError(f"cannot write the sweep's directory {sweep_dir}: {error.strerror or error}") from None
+
+
+def completed_record(config: dict) -> dict:
+    """A trial's recorded settings with those it lacks (added to Config since it was recorded) at the
+    values its preset and env file give along with the others; at their defaults where the record
+    cannot be built (an env not on this machine)."""
+    defaults = json.loads(json.dumps(setting_defaults(), default=str))
+    try:
+        env = str(config["env"])
+        info = env_info(env, config.get("env_kwargs") or {})
+        built = build_config(info.atari, {**config, "env": env}, continuous=info.continuous,
+                             env_settings=load_env_settings(env)[1])
+    except (KeyError, TypeError, ValueError, UserError):
+        return {**defaults, **config}
+    return {**json.loads(json.dumps(dataclasses.asdict(built), default=str)), **config}
 
 
 def trial_name(trial) -> str:
