@@ -160,17 +160,19 @@ def test_a_run_of_one_of_two_partials_resumes_only_with_its_own(tmp_path):
     again = functools.partial(make_cartpole_of, 5)  # equal to run A's: its env
     assert acer_sync.train(again, resume=run_a, total_timesteps=400, progress_bar=False) == run_a
     assert {float(row["mean_episode_length"]) for row in read_progress(run_a)} == {5.0}
+    gym.registry.pop("acer_sync-callable/functools.partial")  # marked shared: no later test's partial should be
 
 
 def test_one_bound_method_registered_twice_is_one_callable():
     # factory.make is a new object at each access: the id was marked shared, and a resume without env refused
-    from acer_sync.api.env_callables import callable_is_shared, register_callable
+    from acer_sync.api.env_callables import callable_env_id, callable_is_shared, register_callable
 
     class Factory:
         def make(self):
             return gym.make("CartPole-v1")
 
     factory = Factory()
+    gym.registry.pop(callable_env_id(factory.make), None)
     env_id = register_callable(factory.make)
     assert register_callable(factory.make) == env_id and not callable_is_shared(env_id)
     register_callable(Factory().make)  # another instance's: another env, maybe
@@ -178,6 +180,7 @@ def test_one_bound_method_registered_twice_is_one_callable():
     gym.registry.pop(env_id)
     import functools
 
+    gym.registry.pop(callable_env_id(functools.partial(factory.make)), None)  # another test's partials marked it shared
     partial_id = register_callable(functools.partial(factory.make))
     assert register_callable(functools.partial(factory.make)) == partial_id and not callable_is_shared(partial_id)
     gym.registry.pop(partial_id)
