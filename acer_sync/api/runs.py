@@ -36,7 +36,7 @@ from acer_sync.api.env_callables import (
     register_callable,
 )
 from acer_sync.api.run_metadata import CONFIG_FILE, read_config, write_config
-from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, setting_name, validate
+from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, given_twice, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
@@ -146,9 +146,9 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
     CallbackList(callbacks).check_state()
     if "torso" in settings and not isinstance(settings["torso"], str):
         settings["torso"] = torso_name(settings["torso"])  # a class: recorded as module:Class
-    twice = [name for name in settings if setting_name(str(name)) != str(name) and setting_name(str(name)) in settings]
-    if twice:  # hidden and net_arch: one of them won, in silence
-        raise UserError(f"acer_sync.train: gives the setting {setting_name(twice[0])} twice, as {setting_name(twice[0])} and {twice[0]}")
+    twice = given_twice(settings)
+    if twice:
+        raise UserError(f"acer_sync.train: gives the setting {twice[0]} twice, as {twice[1]} and {twice[2]}")
     settings = {
         setting_name(str(name)): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Iterable
 
 #: The values of ``--network``: the torsos.
 NETWORKS = ("auto", "mlp", "cnn", "lstm", "cnn_lstm")
@@ -245,6 +246,18 @@ SETTING_ALIASES = {"net_arch": "hidden"}
 def setting_name(name: str) -> str:
     """The Config field ``name`` stands for (itself, or the field an alias names)."""
     return SETTING_ALIASES.get(name, name)
+
+
+def given_twice(names: Iterable[str]) -> tuple[str, str, str] | None:
+    """The first setting that ``names`` give under two names (``hidden`` and its alias
+    ``net_arch``: one of them would win, in silence), as ``(field, first name, second name)``."""
+    seen: dict[str, str] = {}
+    for name in map(str, names):
+        field = setting_name(name)
+        if field in seen:
+            return field, seen[field], name
+        seen[field] = name
+    return None
 
 
 def build_config(atari: bool, overrides: dict, continuous: bool = False, env_settings: dict | None = None) -> Config:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from acer_sync.base.config import LEGACY_VALUES, fields, setting_name
+from acer_sync.base.config import LEGACY_VALUES, fields, given_twice, setting_name
 from acer_sync.base.errors import UserError
 
 #: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters; package
@@ -142,14 +142,12 @@ def load_config_file(path: Path) -> dict:
     """The settings of a ``--config`` file, checked: ``{field name: value}`` (an alias such as
     ``net_arch`` under the field it names); a setting given under two names (``hidden`` and
     ``net_arch``) is a UserError (one of them won, in silence)."""
-    settings, seen = {}, {}
-    for name, value in read_yaml_mapping(path).items():
-        name = str(name)
-        if setting_name(name) in seen:
-            raise UserError(f"{path}: gives the setting {setting_name(name)} twice, as {seen[setting_name(name)]} and {name}")
-        seen[setting_name(name)] = name
-        settings[setting_name(name)] = check_setting(name, value, str(path))  # by its field's name: a flag overrides it
-    return settings
+    given = read_yaml_mapping(path)
+    twice = given_twice(given)
+    if twice:
+        raise UserError(f"{path}: gives the setting {twice[0]} twice, as {twice[1]} and {twice[2]}")
+    # by their fields' names: a flag overrides them
+    return {setting_name(str(name)): check_setting(str(name), value, str(path)) for name, value in given.items()}
 
 
 def env_settings_file(env_id: str, directory: Path = ENV_SETTINGS_DIR) -> Path:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.api.runs import check_config
-from acer_sync.base.config import MAX_THREADS, Config, build_config, setting_name
+from acer_sync.base.config import MAX_THREADS, Config, build_config, given_twice
 from acer_sync.base.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.base.errors import UserError
 from atari.envs import env_info
@@ -112,12 +112,9 @@ def check_settings(payload: dict, source: str) -> dict[str, list]:
         repeated = [item for index, item in enumerate(axes[name]) if item in axes[name][:index]]
         if repeated:  # 0.001 and 1.0e-3, 1 and 1.0: two trials of one setting, in one run directory
             raise UserError(f"{source}: settings.{name} lists {repeated[0]!r} twice")
-    names = {}
-    for name in axes:
-        setting = setting_name(name)
-        if setting in names:  # net_arch and hidden: one would win in silence, and the other name the trials
-            raise UserError(f"{source}: settings gives the setting {setting} twice, as {names[setting]} and {name}")
-        names[setting] = name
+    twice = given_twice(axes)
+    if twice:  # and the one that lost would name the trials
+        raise UserError(f"{source}: settings gives the setting {twice[0]} twice, as {twice[1]} and {twice[2]}")
     return axes
 
 
