@@ -455,12 +455,18 @@ def save_buffer(directory: Path, buffer, timesteps: int) -> None:
         raise WriteFailed(directory / BUFFER_FILE, error) from None
 
 
+def buffer_step(arrays) -> int | None:
+    """The checkpoint step a saved buffer's arrays (an npz file, open) belong to; None for a file
+    written before buffers recorded it."""
+    return int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
+
+
 def saved_buffer_step(directory: Path) -> int | None:
     """The checkpoint step of the buffer file in ``directory`` (read from its small
     ``checkpoint_step`` array alone); None where there is none, or it cannot be read."""
     try:
         with np.load(Path(directory) / BUFFER_FILE, allow_pickle=False) as arrays:
-            return int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
+            return buffer_step(arrays)
     except Exception:  # noqa: BLE001 - missing, damaged or another kind of file: the next save replaces it
         return None
 
@@ -478,7 +484,7 @@ def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
         if not isinstance(arrays, np.lib.npyio.NpzFile):
             raise ValueError("it holds one array, not the npz archive of arrays that a buffer is saved as")
         with arrays:
-            saved_step = int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
+            saved_step = buffer_step(arrays)
             if saved_step is not None and saved_step != timesteps:
                 return (
                     f"the saved replay buffer is from step {saved_step}, not the checkpoint's {timesteps}, so it is "
