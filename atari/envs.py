@@ -272,12 +272,9 @@ def all_parts(space: gym.Space) -> list[gym.Space]:
 
 def unsupported_part(space: gym.Space) -> gym.Space | None:
     """The first part of ``space`` that cannot be flattened into a vector of numbers, or None."""
-    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
-        return None
-    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
-        parts = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
-        return next((bad for bad in map(unsupported_part, parts) if bad is not None), None)
-    return space
+    supported = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Tuple,
+                 gym.spaces.Dict)
+    return next((part for part in all_parts(space) if not isinstance(part, supported)), None)
 
 
 def image_size(space: gym.spaces.Box, layout: str) -> tuple[int, int, int]:
