@@ -7,6 +7,7 @@ The files under ``tests/data/format1`` were written by earlier versions (its REA
 import dataclasses
 import shutil
 import zipfile
+import zlib
 
 import gymnasium as gym
 import numpy as np
@@ -175,8 +176,71 @@ def test_data_that_is_no_observation_space_is_a_value_error(data):
 
 def test_a_flipped_bit_in_the_pickle_that_torch_asserts_on_is_a_one_line_error(tmp_path):
     # torch's unpickler asserted ("saved_id must be a tuple, got int"), a traceback
-    data = bytearray((ROOT / "tests/data/format2/cartpole_mlp/checkpoints/latest.pt").read_bytes())
+    # The CRC check refuses the flip first; with the member's CRC made to match it (as a writer that
+    # computed it after the flip would leave it), torch's unpickler reads it, and asserts.
+    source = ROOT / "tests/data/format2/cartpole_mlp/checkpoints/latest.pt"
+    data = bytearray(source.read_bytes())
     data[2195] ^= 0x01
     (tmp_path / "latest.pt").write_bytes(bytes(data))
+    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data.pkl fails its CRC check\)"):
+        load_checkpoint(tmp_path / "latest.pt")
+    with zipfile.ZipFile(source) as archive:
+        pickle_member = archive.getinfo("archive/data.pkl")
+        flipped_pickle = bytearray(archive.read(pickle_member))
+    flipped_pickle[2195 - _data_start(data, pickle_member)] ^= 0x01
+    stored, matching = (crc.to_bytes(4, "little") for crc in (pickle_member.CRC, zlib.crc32(flipped_pickle)))
+    assert data.count(stored) == 2  # the local header's and the central directory's
+    (tmp_path / "latest.pt").write_bytes(bytes(data).replace(stored, matching))
     with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(AssertionError\)"):
         load_checkpoint(tmp_path / "latest.pt")
+
+
+def _data_start(data, member):
+    """Where ``member``'s bytes start in ``data``, its zip file: after the local header's 30 fixed
+    bytes, the name and the local extra field (torch pads it to align tensors; the central
+    directory's copy differs)."""
+    name_length, extra_length = (int.from_bytes(data[member.header_offset + at:member.header_offset + at + 2], "little") for at in (26, 28))
+    return member.header_offset + 30 + name_length + extra_length
+
+
+def _flip_a_bit_in_the_weights(source, target):
+    """``source`` with one bit flipped in the middle of its first tensor's bytes, written to ``target``."""
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
+        member = next(info for info in archive.infolist() if info.filename.endswith("/data/0"))
+    data[_data_start(data, member) + member.file_size // 2] ^= 0x10
+    target.write_bytes(bytes(data))
+
+
+def test_a_flipped_bit_in_the_weights_is_refused_with_the_step_copy_to_go_back_to(tmp_path):
+    # torch's reader checks no CRC: the file loaded with one weight changed, in silence
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=80, num_envs=2, nsteps=20, vec_env="sync",
+                    eval_every=0, checkpoint_every=40, progress_bar=False, verbose=0)
+    latest = run_dir / "checkpoints" / "latest.pt"
+    intact = torch.load(latest, weights_only=True)["model"]
+    _flip_a_bit_in_the_weights(latest, latest)
+    with zipfile.ZipFile(latest) as archive:  # the flip is in a tensor's bytes, so torch alone would read it
+        name = next(info.filename for info in archive.infolist() if info.filename.endswith("/data/0"))
+    flipped = torch.load(latest, weights_only=True)["model"]
+    assert sum(not torch.equal(intact[key], flipped[key]) for key in intact) == 1
+    with pytest.raises(acer_sync.UserError, match=rf"^cannot read checkpoint .*latest.pt: it is corrupt or truncated, or not a checkpoint "
+                                                  rf"\({name} fails its CRC check\); step_0000000080.pt beside it holds step 80: copy it"):
+        load_checkpoint(run_dir)
+    with pytest.raises(acer_sync.UserError, match="fails its CRC check"):
+        acer_sync.load(run_dir)
+
+
+def test_a_checkpoint_written_without_crcs_loads(tmp_path):
+    # torch stores 0 for every member when compute_crc32 is off; those are not checked
+    from torch.utils.serialization import config
+    payload = load_checkpoint(FORMAT2 / "cartpole_mlp")
+    config.save.compute_crc32 = False
+    try:
+        torch.save(payload, tmp_path / "latest.pt")
+    finally:
+        config.save.compute_crc32 = True
+    with zipfile.ZipFile(tmp_path / "latest.pt") as archive:
+        assert {info.CRC for info in archive.infolist()} == {0}
+    loaded = load_checkpoint(tmp_path / "latest.pt")["model"]
+    assert all(torch.equal(loaded[key], tensor) for key, tensor in payload["model"].items())

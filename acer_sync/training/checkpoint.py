@@ -175,11 +175,39 @@ def _unreadable(path: Path, why: str = "") -> UserError:
     )
 
 
+def failed_crc(path: Path) -> str | None:
+    """The first member of ``path`` (torch's zip archive) whose bytes fail the CRC-32 stored for
+    them; None where all pass.
+
+    torch's reader checks no CRC, so a bit flipped in a tensor's bytes would load as other weights,
+    in silence. torch writes a CRC for every member (``torch.utils.serialization.config.save.compute_crc32``,
+    on by default); members written with it off store 0 and are not checked. It reads the file once
+    more: 30 ms for Pong's 24 MB checkpoint.
+    """
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.infolist():
+            if member.CRC == 0:
+                continue
+            try:
+                with archive.open(member) as data:
+                    while data.read(CRC_READ_BYTES):
+                        pass
+            except zipfile.BadZipFile:
+                return member.filename
+    return None
+
+
+#: How much of a checkpoint member :func:`failed_crc` reads at once.
+CRC_READ_BYTES = 1 << 22
+
+
 def load_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint with ``weights_only=True`` and bring it to the current format
     (:func:`migrate`); every failure is a one-line UserError."""
     path = resolve_checkpoint(path)
     try:
+        if zipfile.is_zipfile(path) and (member := failed_crc(path)) is not None:
+            raise _unreadable(path, f"{member} fails its CRC check")
         with warnings.catch_warnings():  # a file of another pickle protocol warns before it fails
             warnings.simplefilter("ignore", UserWarning)
             with numpy_numbers_allowed():
