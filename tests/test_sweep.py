@@ -743,3 +743,31 @@ def test_a_setting_and_its_alias_together_are_refused_in_a_config_file_and_from_
     with pytest.raises(UserError, match="gives the setting hidden twice, as hidden and net_arch"):
         acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", hidden="16", net_arch="32,32", total_timesteps=40)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_started_before_a_check_existed_continues_its_started_trials(tmp_path, monkeypatch):
+    # --replay-ratio is at most 100 for new runs. A sweep of 150 from before the cap could not be
+    # continued: every trial was checked as a new run, though a resume of each is allowed.
+    path = write(tmp_path, BASE + "settings: {total_timesteps: 5000, replay_ratio: 150}\n")
+    runs_dir = tmp_path / "runs"
+    with pytest.raises(UserError, match=r"trial CartPole-v1_seed0: --replay-ratio must be from 0 to 100"):
+        load_sweep(path, runs_dir)
+    checkpoints = runs_dir / "s" / "CartPole-v1_seed0" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "latest.pt").touch()  # started: the trial resumes (its checkpoint is checked then)
+    with pytest.raises(UserError, match=r"trial CartPole-v1_seed1: --replay-ratio must be from 0 to 100"):
+        load_sweep(path, runs_dir)  # the trial that has not started is a new run
+    (runs_dir / "s" / "CartPole-v1_seed1" / "checkpoints").mkdir(parents=True)
+    (runs_dir / "s" / "CartPole-v1_seed1" / "checkpoints" / "latest.pt").touch()
+    assert [trial.config.replay_ratio for trial in load_sweep(path, runs_dir).trials] == [150, 150]
+    with pytest.raises(UserError, match="--replay-ratio must be from 0 to 100"):
+        load_sweep(path)  # no runs directory: every trial is new
+    # sweep.py reads the file with its --runs-dir
+    from acer_sync.cli import sweep as sweep_cli
+    from acer_sync.sweeps import launch
+
+    loaded = []
+    monkeypatch.setattr(launch, "run_sweep", lambda sweep, *args: loaded.append(sweep) or [])
+    monkeypatch.setattr("acer_sync.sweeps.summary.write_summary", lambda *args: None)
+    assert sweep_cli.main([str(path), "--runs-dir", str(runs_dir)]) == 0
+    assert [trial.config.replay_ratio for trial in loaded[0].trials] == [150, 150]

@@ -40,7 +40,6 @@ def parse_args(argv: list[str], prog: str = "sweep.py"):
 
 def main(argv: list[str] | None = None, prog: str = "sweep.py") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
-    sweep = load_sweep(args.sweep_file)
     if args.runs_dir is None:
         if args.address is not None:
             raise UserError("with --address, give --runs-dir a directory that every node of the cluster mounts at the "
@@ -50,6 +49,7 @@ def main(argv: list[str] | None = None, prog: str = "sweep.py") -> int:
         raise UserError(f"--stop-wait must be a number of seconds >= 0, got {args.stop_wait}")
     if ".." in args.runs_dir.parts:
         raise UserError(f"--runs-dir {args.runs_dir} contains '..'; give the directory without parent references")
+    sweep = load_sweep(args.sweep_file, args.runs_dir)
     try:
         from acer_sync.sweeps.launch import run_sweep
     except ImportError as error:

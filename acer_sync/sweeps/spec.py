@@ -32,6 +32,7 @@ from acer_sync.api.runs import check_config
 from acer_sync.base.config import MAX_THREADS, Config, build_config, given_twice
 from acer_sync.base.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.base.errors import UserError
+from acer_sync.training.checkpoint import has_checkpoint
 from atari.envs import env_info
 
 REQUIRED_KEYS = ("name", "envs", "seeds")
@@ -135,8 +136,14 @@ def check_resources(payload: dict, source: str) -> tuple[int, float]:
     return cpus, float(gpus)
 
 
-def load_sweep(path: Path) -> Sweep:
-    """Read and check the sweep file at ``path`` and expand its trials."""
+def load_sweep(path: Path, runs_dir: Path | None = None) -> Sweep:
+    """Read and check the sweep file at ``path`` and expand its trials.
+
+    ``runs_dir``: sweep.py's ``--runs-dir``, under which the sweep's folder holds a continued
+    sweep's trials; each trial that has a checkpoint there is checked as a resumed
+    run (:func:`acer_sync.base.config.validate`), so a check added since it started (the cap on
+    ``replay_ratio``) does not stop the sweep from going on.
+    """
     source = str(path)
     payload = read_yaml_mapping(path)
     unknown = [str(key) for key in payload if key not in REQUIRED_KEYS + OPTIONAL_KEYS]
@@ -186,8 +193,9 @@ def load_sweep(path: Path) -> Sweep:
         # The trial trains on the GPU share it reserves, not on this machine's (a Ray head may have
         # none), and with no share on the CPU (acer_sync.sweeps.trial.on_reserved_devices).
         device_type = "cpu" if config.device == "cpu" or gpus == 0 else "cuda"
+        started = runs_dir is not None and has_checkpoint(runs_dir / name / trial_name)
         try:
-            check_config(config, info, device_type)
+            check_config(config, info, device_type, resumed=started)
         except UserError as error:
             raise UserError(f"{source}: trial {trial_name}: {error}") from None
         trials.append(Trial(trial_name, config))
