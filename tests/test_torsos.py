@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -196,3 +197,67 @@ def test_loading_after_the_torso_class_changed_names_what_differs(tmp_path, monk
         acer_sync.load(run_dir)
     message = str(error.value)
     assert "\n" not in message and "torso.module.extra.weight" in message and "has user_torsos:SmallTorso changed since the run saved it?" in message
+
+
+def _one_hot(index: int, size: int) -> np.ndarray:
+    return np.eye(size, dtype=np.float32)[index]
+
+
+@pytest.mark.parametrize("space, shown", [
+    ("box", {"shape": (2, 3)}), ("image", {"shape": (3, 8, 8)}), ("grid", {"shape": (5, 5)}), ("bits", {"shape": (2, 3)}),
+    ("dict", {"pos": (2, 3), "mode": (3,)}), ("tuple", {"0": (2, 3), "1": (3,)}),
+    ("dict_image", {"camera": (3, 40, 40), "pos": (2, 3)}),
+])
+def test_a_torso_is_shown_each_observation_in_the_envs_own_shape(tmp_path, space, shown):
+    # As SB3 shows its extractors: they were shown the frames the trainer stores, a Box (2, 3) as 6
+    # numbers and a Dict of vectors as one vector, so a convolution on a float image, or an SB3 Dict
+    # extractor, could not be used.
+    import shaped_envs
+
+    run_dir = acer_sync.train("shaped_envs:ShapedObs-v0", env_kwargs={"space": space}, run_dir=tmp_path / "run",
+                              total_timesteps=80, torso=user_torsos.ShapeTorso, replay_start=40, **SMALL)
+    policy = acer_sync.load(run_dir)
+    torso = policy.model.torso.module
+    built = torso.built_with
+    if "shape" in shown:
+        assert built == gym.spaces.Box(-np.inf, np.inf, shown["shape"], np.float32)
+    else:
+        assert isinstance(built, gym.spaces.Dict) and {key: box.shape for key, box in built.spaces.items()} == shown
+    env = shaped_envs.ShapedObs(space)
+    observation, _ = env.reset(seed=3)
+    policy.predict(observation)
+    seen = torso.seen
+    if space in ("box", "image", "grid", "bits"):
+        assert seen.dtype == torch.float32 and torch.equal(seen, torch.as_tensor(observation, dtype=torch.float32)[None])
+    elif space == "dict_image":
+        assert torch.equal(seen["camera"], torch.as_tensor(observation["camera"]).permute(2, 0, 1)[None].float() / 255)
+        assert torch.equal(seen["pos"], torch.as_tensor(observation["pos"])[None])
+    else:
+        pos, mode = (observation["pos"], observation["mode"]) if space == "dict" else observation
+        first, second = ("pos", "mode") if space == "dict" else ("0", "1")
+        assert torch.equal(seen[first], torch.as_tensor(pos)[None])
+        assert torch.equal(seen[second], torch.as_tensor(_one_hot(mode, 3))[None])
+    resumed = acer_sync.train(resume=run_dir, total_timesteps=120, progress_bar=False)
+    assert load_checkpoint(resumed)["counters"]["timesteps"] == 120
+
+
+def test_a_torso_run_from_before_the_envs_own_shapes_keeps_the_frames_it_was_shown(tmp_path):
+    # Its spec has no torso_view: the torso was built on the flattened frames, and it loads,
+    # plays and resumes so (the new form would build other layers, here a Box (2, 3) and not 6 numbers).
+    import shaped_envs
+
+    run_dir = acer_sync.train("shaped_envs:ShapedObs-v0", env_kwargs={"space": "dict"}, run_dir=tmp_path / "run",
+                              total_timesteps=80, torso=user_torsos.ShapeTorso, replay_start=40, **SMALL)
+    latest = run_dir / "checkpoints" / "latest.pt"
+    payload = torch.load(latest, weights_only=True)
+    assert payload["model_spec"].pop("torso_view") == {"parts": [["mode", [3]], ["pos", [2, 3]]]}  # gymnasium sorts a plain dict's keys
+    torch.save(payload, latest)
+    policy = acer_sync.load(run_dir)
+    assert policy.model.torso.module.built_with == gym.spaces.Box(-np.inf, np.inf, (9,), np.float32)
+    observation, _ = shaped_envs.ShapedObs("dict").reset(seed=1)
+    policy.predict(observation)
+    assert policy.model.torso.module.seen.shape == (1, 9)
+    acer_sync.train(resume=run_dir, total_timesteps=120, progress_bar=False)
+    assert "torso_view" not in load_checkpoint(run_dir)["model_spec"]
+    played = script("play.py", str(run_dir), "--episodes", "1")
+    assert played.returncode == 0, played.stderr

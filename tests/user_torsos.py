@@ -129,3 +129,21 @@ class RebindingTorso(SmallTorso):
         if self.training:
             self.mean = 0.9 * self.mean + 0.1 * obs.flatten(1).mean(0).detach()
         return self.layer(obs - self.mean.reshape(obs.shape[1:]))
+
+
+class ShapeTorso(nn.Module):
+    """Any Box or Dict of Boxes: each part flattened, concatenated, one layer; records the space it
+    was built with and the last batch (or dict of batches) it was given."""
+
+    def __init__(self, observation_space: gym.Space, features_dim: int = 8):
+        super().__init__()
+        self.built_with = observation_space
+        boxes = observation_space.spaces.values() if isinstance(observation_space, gym.spaces.Dict) else [observation_space]
+        self.layer = nn.Linear(sum(int(torch.tensor(box.shape).prod()) for box in boxes), features_dim)
+        self.features_dim = features_dim
+        self.seen = None
+
+    def forward(self, obs) -> torch.Tensor:
+        self.seen = {key: part.detach() for key, part in obs.items()} if isinstance(obs, dict) else obs.detach()
+        parts = obs.values() if isinstance(obs, dict) else [obs]
+        return torch.relu(self.layer(torch.cat([part.flatten(1) for part in parts], dim=1)))

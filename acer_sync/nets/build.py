@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from acer_sync.base.config import Config, hidden_sizes
 from acer_sync.base.errors import UserError
 from acer_sync.nets.networks import RECURRENT_ARCHS, Network, complete_spec, network_from_spec
-from atari.envs import EnvInfo, check_cnn_image_sides
+from atari.envs import EnvInfo, check_cnn_image_sides, image_layout, named_parts
 
 
 def select_device(name: str) -> torch.device:
@@ -64,6 +65,43 @@ def image_rule_hint(saved_spec: dict, expected_spec: dict) -> str:
             "checkpoint's network read one of other bounds as an image: give the env's space those bounds to use it")
 
 
+def torso_view(info: EnvInfo) -> dict:
+    """How a user's torso is shown observations that the frames store in another shape, as SB3 shows
+    its extractors the env's own: ``{"shape": [...]}`` for a Box (or MultiBinary) of rank 2 or more
+    that is not pixels (a float image, a grid of cell codes), which the frames flatten; ``{"parts":
+    [[key, shape], ...]}`` for a Dict or Tuple, each part in its own shape (an image as its frame,
+    channels first; a discrete part as its one-hot vector), whose frames are one flat vector where
+    no part is an image; ``{}`` where the frames are the env's own observations (a flat Box, Atari,
+    an image)."""
+    own = info.observation_space
+    if own is None or image_layout(own) is not None:
+        return {}
+    if isinstance(own, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return {"shape": [int(size) for size in own.shape]} if len(own.shape) > 1 else {}
+    if not isinstance(own, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return {}
+    frames = {key: list(shape) for key, shape, _ in info.frame_parts}
+    parts = []
+    for key, part in named_parts(own):
+        if key in frames and image_layout(part) is not None:
+            shape = frames[key]
+        elif isinstance(part, (gym.spaces.Box, gym.spaces.MultiBinary)):
+            shape = [int(size) for size in part.shape]
+        else:
+            shape = [int(gym.spaces.flatdim(part))]
+        parts.append([key, shape])
+    return {"parts": parts}
+
+
+def fits_saved_spec(saved: dict, expected: dict) -> bool:
+    """Whether a checkpoint's network spec is the one ``expected`` (:func:`model_spec`) gives: a
+    spec of a user's torso written before :func:`torso_view` existed lacks ``torso_view``, and
+    its torso is shown the frames as they are (flattened)."""
+    if "torso_view" not in saved:
+        expected = {key: value for key, value in expected.items() if key != "torso_view"}
+    return saved == expected
+
+
 def model_spec(info: EnvInfo, config: Config) -> dict:
     """The network a run of ``config`` on ``info`` trains, as its full spec (what
     :meth:`~acer_sync.nets.networks.ActorCriticNet.spec` returns): derived, without building it."""
@@ -80,7 +118,7 @@ def model_spec(info: EnvInfo, config: Config) -> dict:
     if info.frame_parts:
         spec["obs_parts"] = [[key, list(shape), dtype] for key, shape, dtype in info.frame_parts]
     if config.torso:
-        spec.update(torso=config.torso, torso_kwargs=dict(config.torso_kwargs))
+        spec.update(torso=config.torso, torso_kwargs=dict(config.torso_kwargs), torso_view=torso_view(info))
     if info.continuous:
         low, high = np.asarray(info.action_low, dtype=np.float64), np.asarray(info.action_high, dtype=np.float64)
         half_width = (high - low) / 2.0

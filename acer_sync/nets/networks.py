@@ -74,8 +74,9 @@ class ActorCriticNet(nn.Module):
         ``policy`` (``categorical`` or ``gaussian``), ``normalize_obs``, ``lstm_size`` and ``lstm_norm``
         (``none`` or ``layer``, with an LSTM), ``init_std`` and ``action_scale`` (Gaussian: σ at the start; the Box's
         ``[centre, half-width]`` per dimension where the mean starts at its centre and σ's bounds
-        scale with it, absent where they do not), ``torso`` and ``torso_kwargs`` (a user's torso,
-        ``module:Class``), ``obs_dtype``, and ``obs_parts``, ``[key, frame shape, dtype]`` per
+        scale with it, absent where they do not), ``torso``, ``torso_kwargs`` and ``torso_view`` (a user's torso,
+        ``module:Class``, and the shapes it is shown the observations in: ``acer_sync.nets.build.torso_view``;
+        absent in specs written before it, whose torso is shown the frames), ``obs_dtype``, and ``obs_parts``, ``[key, frame shape, dtype]`` per
         part of a multi-part observation (then ``obs_shape`` is ``(stack,)``).
     """
 
@@ -102,7 +103,8 @@ class ActorCriticNet(nn.Module):
         elif arch in MULTI_ARCHS:
             self.torso = MultiInputTorso(obs_parts, self.obs_shape[0])
         else:
-            self.torso = UserTorso(spec["torso"], self.obs_shape, spec["obs_dtype"], spec["torso_kwargs"], obs_parts)
+            self.torso = UserTorso(spec["torso"], self.obs_shape, spec["obs_dtype"], spec["torso_kwargs"], obs_parts,
+                                   spec.get("torso_view"))
         if arch in RECURRENT_ARCHS:
             memory = LayerNormLSTMMemory if spec["lstm_norm"] == "layer" else LSTMMemory
             self.memory = memory(self.torso.features_dim, spec["lstm_size"])
@@ -190,6 +192,10 @@ def complete_spec(spec: dict) -> dict:
     spec["obs_parts"] = [[str(key), [int(size) for size in shape], str(dtype)] for key, shape, dtype in spec["obs_parts"]]
     if not spec["obs_parts"]:
         spec.pop("obs_parts")
+    if "torso_view" in spec:
+        view = spec["torso_view"]
+        spec["torso_view"] = ({"parts": [[str(key), [int(size) for size in shape]] for key, shape in view["parts"]]} if "parts" in view
+                              else {"shape": [int(size) for size in view["shape"]]} if "shape" in view else {})
     if spec["arch"] not in RECURRENT_ARCHS:
         spec.pop("lstm_size")
         spec.pop("lstm_norm")

@@ -167,6 +167,12 @@ def observation_space_of(obs_shape: tuple[int, ...], dtype: str) -> gym.spaces.B
     return gym.spaces.Box(-np.inf, np.inf, shape, np.dtype(dtype))
 
 
+def vector_space_of(shape) -> gym.spaces.Box:
+    """The space a user's torso is shown a part of numbers in (not pixels): float32, unbounded, of
+    its own ``shape``, as the torso gets it (SB3's ``preprocess_obs`` gives floats)."""
+    return gym.spaces.Box(-np.inf, np.inf, tuple(int(size) for size in shape), np.float32)
+
+
 def parts_space_of(obs_parts, stack: int) -> gym.spaces.Dict:
     """The Dict space a user's torso is built with for a multi-part observation: one Box per part,
     each as :func:`observation_space_of` gives it."""
@@ -217,14 +223,25 @@ class UserTorso(nn.Module):
     dtype: they leave the torso as float32).
     """
 
-    def __init__(self, name: str, obs_shape: tuple[int, ...], obs_dtype: str, kwargs: dict, obs_parts=()):
+    def __init__(self, name: str, obs_shape: tuple[int, ...], obs_dtype: str, kwargs: dict, obs_parts=(), view: dict | None = None):
         super().__init__()
         self.name, self.kwargs = name, dict(kwargs)
-        if obs_parts:
+        #: The sizes of the parts that a flat frame (a Dict or Tuple without an image) is split into; empty otherwise.
+        self.split: list[tuple[str, int]] = []
+        if view and "parts" in view:  # acer_sync.nets.build.torso_view: each part in its own shape
+            images = {key: observation_space_of((obs_shape[0], *shape), dtype) for key, shape, dtype in obs_parts if dtype == "uint8"}
+            self.space = gym.spaces.Dict({key: images[key] if key in images else vector_space_of(shape) for key, shape in view["parts"]})
+            if not obs_parts:
+                self.split = [(key, math.prod(shape)) for key, shape in view["parts"]]
+        elif view and "shape" in view:
+            self.space = vector_space_of(view["shape"])
+        elif obs_parts:
             self.space = parts_space_of(obs_parts, obs_shape[0])
-            self.scale = {key: is_image(box) for key, box in self.space.spaces.items()}
         else:
             self.space = observation_space_of(obs_shape, obs_dtype)
+        if isinstance(self.space, gym.spaces.Dict):
+            self.scale = {key: is_image(box) for key, box in self.space.spaces.items()}
+        else:
             self.scale = is_image(self.space)
         cls = import_torso(name)
         try:
@@ -261,6 +278,9 @@ class UserTorso(nn.Module):
     def forward(self, obs) -> torch.Tensor:
         """The module's features, in float32 whatever float it returns (an LSTM after it, and the
         heads' layers, are float32; under bf16 autocast they cast it down again themselves)."""
+        if self.split:
+            flat = obs.reshape(obs.shape[0], -1)
+            obs = dict(zip([key for key, _ in self.split], flat.split([size for _, size in self.split], dim=1)))
         if isinstance(obs, dict):
             out = self.module({key: self._prepare(obs[key], box, self.scale[key]) for key, box in self.space.spaces.items()})
         else:

@@ -18,6 +18,7 @@ from acer_sync.base.timing import PhaseTimer
 from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.build import build_model, select_device
 from acer_sync.nets.distributions import distribution_for
+from acer_sync.nets.networks import network_from_spec
 from acer_sync.nets.precision import slow_bf16_warning
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
@@ -159,7 +160,9 @@ def build_trainer(
         sampler = seed_everything(config.seed)
 
         with networks_fit():
-            model = build_model(info, config).to(device)
+            # A resume builds the checkpoint's network: the resume checked that it is the one the
+            # config gives (acer_sync.nets.build.fits_saved_spec), or an older spec's form of it.
+            model = (network_from_spec(resume["model_spec"]) if resume is not None else build_model(info, config)).to(device)
         fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                                frame_parts=info.frame_layout if info.frame_parts else None)
         buffer_bytes = ReplayBuffer.bytes_needed(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack)
