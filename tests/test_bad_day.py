@@ -726,3 +726,51 @@ def test_a_run_whose_tensorboard_folder_cannot_be_made_leaves_its_directory_to_s
     (run_dir / "tb").unlink()
     started = run_train("--env", "CartPole-v1", "--total-timesteps", "80", "--run-dir", str(run_dir), "--num-envs", "2")
     assert started.returncode == 0, started.stderr
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_a_policy_that_turns_nan_stops_the_run_before_an_action_is_drawn_from_it(tmp_path, env, pipeline):
+    # torch.multinomial raised on π with NaN in it, a traceback that lost the run's steps since its
+    # checkpoint; a Gaussian's NaN mean drew NaN actions, and the env that got them was blamed.
+    import user_torsos
+
+    trainer = build_trainer(
+        build_config(env == "Pendulum-v1", dict(SMALL, env=env, total_timesteps=10_000, checkpoint_every=120, pipeline=pipeline,
+                                                torso="user_torsos:NanWhenActing", torso_kwargs={"finite_acts": 130})),
+        env_info(env), tmp_path, progress_bar=False)
+    assert isinstance(trainer.model.torso.module, user_torsos.NanWhenActing)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.NONFINITE and EXIT_CODES[outcome.stop] == 4
+    step = outcome.timesteps
+    assert step < 10_000
+    if pipeline == "serial":  # act 131 is in iteration 7 (the start-up check is act 1); the overlap pipeline's acting copy counts its own
+        assert step == 240
+    assert outcome.error == (
+        "the network's policy was not finite (NaN or inf) for the observation of envs 0, 1, which was finite, so no action "
+        "could be drawn: a torso that divides by zero or takes a log of 0, or weights that overflow; stopped after step "
+        f"{step}, checkpoints/latest.pt holds step {step // 120 * 120}"
+    )
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == step // 120 * 120
+
+
+def test_a_policy_that_is_nan_at_the_first_action_is_one_line_and_exit_4(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_train("--env", "CartPole-v1", "--torso", "user_torsos:NanWhenActing", "--num-envs", "2", "--total-timesteps",
+                       "400", "--eval-every", "0", "--run-dir", str(run_dir))
+    line = error_line(result, 4)
+    assert line.startswith("train.py: error: the network's policy was not finite (NaN or inf) for the observation of envs 0, 1")
+    assert line.endswith("; stopped after step 0, no checkpoint was written")
+    assert not (run_dir / "config.json").exists()  # a run that wrote nothing
+
+
+def test_predict_with_a_policy_that_is_nan_is_a_one_line_user_error(tmp_path):
+    import user_torsos
+
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=80, torso=user_torsos.NanWhenActing,
+                              torso_kwargs={"finite_acts": 10**9}, progress_bar=False, verbose=0, **SMALL)
+    policy = acer_sync.load(run_dir)
+    policy.model.torso.module.finite_acts = 0
+    for deterministic in (False, True):
+        with pytest.raises(acer_sync.UserError, match=r"^the network's policy was not finite \(NaN or inf\) for the observation of env 0,"):
+            policy.predict(np.zeros(4, np.float32), deterministic=deterministic)

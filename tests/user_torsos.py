@@ -147,3 +147,21 @@ class ShapeTorso(nn.Module):
         self.seen = {key: part.detach() for key, part in obs.items()} if isinstance(obs, dict) else obs.detach()
         parts = obs.values() if isinstance(obs, dict) else [obs]
         return torch.relu(self.layer(torch.cat([part.flatten(1) for part in parts], dim=1)))
+
+
+class NanWhenActing(SmallTorso):
+    """Finite for its first ``finite_acts`` forwards in evaluation mode (acting), NaN after (the
+    updates, in training mode, stay finite): a torso that divides by zero on some input."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16, finite_acts: int = 0):
+        super().__init__(observation_space, features_dim)
+        self.finite_acts = finite_acts
+        self.acts = 0
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.layer(obs)
+        if not self.training:
+            self.acts += 1
+            if self.acts > self.finite_acts:
+                return out * float("nan")
+        return out

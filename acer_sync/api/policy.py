@@ -24,7 +24,7 @@ from acer_sync.nets.build import fits_saved_spec, image_rule_hint, model_spec, s
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
-from acer_sync.rollout.actor import choose_actions
+from acer_sync.rollout.actor import choose_actions, policy_not_finite
 from acer_sync.training.checkpoint import load_run_checkpoint
 from atari import parts
 from atari.envs import (
@@ -125,10 +125,13 @@ class Policy:
         first = np.zeros(n, dtype=bool) if episode_start is None else _starts(episode_start)
         if len(first) != n:
             raise UserError(f"episode_start has {len(first)} entries for {n} observations")
-        actions, _, next_state = choose_actions(
+        actions, stats, next_state = choose_actions(
             self.net, self.distribution, obs_tensor, self._state(state, n), torch.as_tensor(first, device=self.device),
             greedy=deterministic,
         )
+        stats = stats.float().cpu().numpy()
+        if not np.isfinite(stats).all():
+            raise policy_not_finite(stats)
         actions = self.distribution.env_actions(actions.cpu().numpy())
         returned = tuple(s.cpu().numpy() for s in next_state) if self.recurrent else None
         return (actions[0] if single else actions), returned

@@ -21,7 +21,7 @@ from acer_sync.base.outcome import Outcome, Stop
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 __all__ = [
-    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "UserError",
+    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "PolicyNotFinite", "UserError",
     "WriteFailed", "delivered_again", "env_stop", "exit_code", "names_a_path", "print_error", "run_cli", "signal_stop",
 ]
 
@@ -75,7 +75,7 @@ EXIT_CODES: dict[Stop, int] = {
     Stop.INTERRUPTED: EXIT_INTERRUPTED,
     Stop.ENV_DIED: 3,  # a checkpoint was written first
     Stop.ENV_FAILED: 3,  # an env raised or returned NaN: a checkpoint of the last completed iteration
-    Stop.NONFINITE: 4,  # the last good checkpoint is kept
+    Stop.NONFINITE: 4,  # non-finite updates, or a policy's non-finite output: the last good checkpoint is kept
     Stop.WRITE_FAILED: 5,  # a full disk, say: the last checkpoint written is kept
     Stop.ENV_TIMEOUT: 6,  # an env hung past --env-timeout: a checkpoint of the last completed iteration
     Stop.CALLBACK: 0,  # a callback stopped it (--stop-at-reward reached): a checkpoint was written
@@ -88,6 +88,13 @@ def env_stop(error: EnvFailed) -> Stop:
     if isinstance(error, EnvTimedOut):
         return Stop.ENV_TIMEOUT
     return Stop.ENV_DIED if isinstance(error, EnvWorkerDied) else Stop.ENV_FAILED
+
+
+class PolicyNotFinite(UserError):
+    """The network gave non-finite statistics (π's probabilities, a Gaussian's mean or σ) for a
+    finite observation, so no action can be drawn from them: a torso that divides by zero, say. A
+    run stops with :attr:`Stop.NONFINITE <acer_sync.base.outcome.Stop>`, keeping its last
+    checkpoint; ``predict``, evaluation and play.py raise it (one line, as a UserError)."""
 
 
 class WriteFailed(Exception):

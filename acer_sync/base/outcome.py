@@ -31,8 +31,9 @@ class Stop(enum.Enum):
     #: A file of the run could not be written (a full disk, a lost mount, no permission): the
     #: checkpoint written before stays, and nothing was left half-written.
     WRITE_FAILED = "a file of the run could not be written"
-    #: ``max_nonfinite`` non-finite updates in a row; the last good checkpoint is kept.
-    NONFINITE = "too many non-finite updates in a row"
+    #: ``max_nonfinite`` non-finite updates in a row, or a policy whose statistics were not finite
+    #: for a finite observation (no action could be drawn); the last good checkpoint is kept.
+    NONFINITE = "too many non-finite updates in a row, or a non-finite policy"
     #: A callback asked to stop (returned False), e.g. the reward to stop at was reached; a
     #: checkpoint was written. A success: the scripts exit 0.
     CALLBACK = "stopped by a callback"

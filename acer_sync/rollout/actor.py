@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from acer_sync.base.errors import PolicyNotFinite
 from acer_sync.base.transfer import torch_dtype, upload
 from acer_sync.nets.distributions import Distribution, distribution_for
 from acer_sync.nets.networks import Network, State
@@ -14,6 +15,19 @@ from atari import parts
 from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
 from atari.stacking import FrameStacker
+
+#: What ``torch.multinomial`` says of probabilities with NaN or inf in them (it raises on the CPU).
+SAMPLING_REFUSED = "probability tensor contains"
+
+
+def policy_not_finite(stats: np.ndarray) -> PolicyNotFinite:
+    """The error for statistics μ ``[N, stat_size]`` of which some are not finite, naming the envs."""
+    envs = np.flatnonzero(~np.isfinite(stats).all(axis=1)).tolist()
+    shown = ", ".join(map(str, envs[:5])) + (f" and {len(envs) - 5} more" if len(envs) > 5 else "")
+    return PolicyNotFinite(
+        f"the network's policy was not finite (NaN or inf) for the observation of env{'s' if len(envs) > 1 else ''} {shown}, "
+        "which was finite, so no action could be drawn: a torso that divides by zero or takes a log of 0, or weights that overflow"
+    )
 
 
 def choose_actions(
@@ -25,11 +39,18 @@ def choose_actions(
     The network steps from ``state`` through the observations ``obs [N, ...]`` (resetting the
     state where ``first``), and the actions are the distribution's mode with ``greedy``, else a
     sample (with ``generator``). The :class:`Actor` and :meth:`acer_sync.api.policy.Policy.predict`
-    both act through this.
+    both act through this. Where sampling refuses the statistics (π with NaN in it, on the CPU), a
+    :class:`PolicyNotFinite` naming the envs; the callers check what comes back otherwise (a
+    Gaussian's NaN, or a CUDA sample, passes), on the host, where it waits for nothing.
     """
     features, state = model.step(obs, state, first)
     stats = model.policy_of(features)
-    actions = distribution.greedy(stats) if greedy else distribution.sample(stats, generator=generator)
+    try:
+        actions = distribution.greedy(stats) if greedy else distribution.sample(stats, generator=generator)
+    except RuntimeError as error:
+        if SAMPLING_REFUSED not in str(error):
+            raise
+        raise policy_not_finite(stats.float().cpu().numpy()) from None
     return actions, stats, state
 
 
@@ -170,6 +191,8 @@ class Actor:
         if len(forced_envs):
             actions[forced_envs] = forced_actions
             stats[forced_envs] = dist.forced_stats(forced_actions)
+        if not np.isfinite(stats).all():  # on the host already: no wait for the device
+            raise policy_not_finite(stats)
         return actions, stats
 
     def _packed_to_host(self, packed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import Config
-from acer_sync.base.errors import WriteFailed, env_stop
+from acer_sync.base.errors import PolicyNotFinite, WriteFailed, env_stop
 from acer_sync.base.log import log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.timing import PhaseTimer
@@ -235,6 +235,8 @@ class Trainer:
             if stop.interrupted_twice:  # the second signal broke the write: train() exits at once
                 raise
             return self._end(self._outcome(Stop.WRITE_FAILED, f"{error}; {self._checkpoint_kept()}"))
+        except PolicyNotFinite as error:  # in collection or an evaluation: no action could be drawn
+            return self._end(self._outcome(Stop.NONFINITE, f"{error}; stopped after step {self.timesteps}, {self._checkpoint_kept()}"))
         except CallbackFailed as failure:
             log.info(f"a callback raised {type(failure.error).__name__}: saving a checkpoint at step {self.timesteps}")
             self._end(self._outcome(Stop.CALLBACK_FAILED, f"{type(failure.error).__name__}: {failure.error}"))
