@@ -110,6 +110,19 @@ def test_play_accepts_a_checkpoint_file(pong_run):
     assert result.returncode == 0, result.stderr
 
 
+def test_play_plays_one_atari_game_on_the_runs_backend_as_its_evaluations():
+    # One env played on the sync backend: gymnasium's 1 to 30 no-ops, not ale-py's 0 to 29 and
+    # FIRE that the run's evaluations started from, so play.py's scores came from other starts.
+    from acer_sync.cli.play import play_backend
+    from atari.envs import env_info
+
+    pong, cartpole = env_info("PongNoFrameskip-v4"), env_info("CartPole-v1")
+    assert play_backend(pong, "", 1, render=False) == play_backend(pong, "", 4, render=False) == "ale"
+    assert play_backend(pong, "subproc", 1, render=False) == "sync"  # the same games in this process
+    assert play_backend(pong, "", 1, render=True) == "sync"  # drawn on screen by gymnasium's env
+    assert play_backend(cartpole, "", 1, render=False) == "sync" and play_backend(cartpole, "", 2, render=False) == "subproc"
+
+
 def test_play_plays_its_games_in_several_envs_at_once(pong_run, tmp_path):
     result = run("play.py", pong_run, "--episodes", "3", "--num-envs", "2", "--greedy", "--seed", "1000")
     assert result.returncode == 0, result.stderr

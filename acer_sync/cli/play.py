@@ -49,6 +49,14 @@ def parse_args(argv: list[str], prog: str = "play.py"):
     return parser.parse_args(argv)
 
 
+def play_backend(info: EnvInfo, vec_env: str, num_envs: int, render: bool) -> str:
+    """The backend play.py plays on: the run's, as its evaluations did (for Atari, ale-py's, whose
+    no-op starts differ from gymnasium's); one env of another backend, or one rendered on screen,
+    in this process (``sync``: the same games, without a worker process to start)."""
+    backend = choose_backend(info, vec_env)
+    return "sync" if num_envs == 1 and (backend != "ale" or render) else backend
+
+
 def policy_env(policy: Policy, checkpoint: Path) -> EnvInfo:
     """The env the policy was trained on."""
     if is_callable_env(policy.env_id):
@@ -135,8 +143,8 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     else:
         try:
             num_envs = min(args.num_envs, args.episodes)  # an env with no game to play is not started
-            backend = choose_backend(info, policy.vec_env) if num_envs > 1 else "sync"
-            env = VecEnv(info, num_envs, backend, render_mode="human" if args.render else None)
+            env = VecEnv(info, num_envs, play_backend(info, policy.vec_env, num_envs, args.render),
+                         render_mode="human" if args.render else None)
         except gym.error.DependencyNotInstalled as error:
             raise UserError(f"rendering {info.env_id} needs a missing package: {error}") from None
     recorder = None if args.video is None else VideoRecorder(env, args.video)

@@ -42,8 +42,10 @@ def evaluate(
     Actions are sampled from π (with ``generator``, so evaluation leaves the training RNG alone),
     or its mode with ``greedy`` (the argmax, or the Gaussian's mean), clipped to a Box's bounds,
     by the same :class:`Actor` as training, so a FIRE game plays the same forced actions after a
-    lost life. Frame stacks and the recurrent state are reset only at a real game start, and
-    rewards are not clipped: this is the evaluation preprocessing, whatever the training used.
+    lost life. Games are played to their end over all lives and scored with the raw, unclipped
+    rewards; the frame stack and the recurrent state are reset where training resets them, at a
+    game start and, on Atari (whose training episodes end at a lost life), at a lost life, so the
+    policy is shown what it was trained on (an LSTM never carries a state over a lost life).
     Each env plays a fixed share of the games, so short games are not favoured over long ones.
     ``on_step`` runs after the reset (given None) and after every env step (given its
     :class:`EnvStep`); play.py records video frames and logs the actions there.
@@ -69,7 +71,8 @@ def evaluate(
             env_actions = actor.distribution.env_actions(actions)
             frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
             _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
-            actor.observe(frames, game_over, tracker.life_lost, game_over)
+            memory_starts = game_over | tracker.life_lost if env.info.atari else game_over  # as training's episodes
+            actor.observe(frames, memory_starts, tracker.life_lost, game_over)
             for env_index, score in tracker.finished:
                 if played[env_index] < quota[env_index]:
                     played[env_index] += 1
