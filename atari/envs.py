@@ -84,6 +84,8 @@ class EnvInfo:
     n_actions: int
     #: Actions played after each lost life without the agent choosing them (:class:`atari.episodes.LifeLossActions`).
     life_loss_actions: tuple[int, ...] = ()
+    #: The names of the discrete actions where the env has them (ALE's NOOP, FIRE, ...), else empty.
+    action_names: tuple[str, ...] = field(default=(), compare=False)
     #: A Box action space; ``n_actions`` is then its dimension d.
     continuous: bool = False
     #: The Box's bounds, ``d`` numbers each (continuous only).
@@ -220,6 +222,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         return EnvInfo(
             env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n),
             life_loss_actions=baselines_life_loss_actions(action_meanings), env_kwargs=env_kwargs,
+            action_names=tuple(str(name) for name in action_meanings),
         )
     if isinstance(observation_space, gym.spaces.Dict):  # the parts of a Dict or Tuple with an image
         if continuous:

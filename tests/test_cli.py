@@ -105,9 +105,16 @@ def test_play_logs_box_actions_and_rewards_exactly():
     ]
 
 
-def test_play_accepts_a_checkpoint_file(pong_run):
-    result = run("play.py", pong_run / "checkpoints" / "latest.pt", "--episodes", "1", "--greedy")
+def test_play_accepts_a_checkpoint_file_and_logs_the_steps_of_a_game_on_the_runs_backend(pong_run, tmp_path):
+    actions = tmp_path / "steps.csv"
+    result = run("play.py", pong_run / "checkpoints" / "latest.pt", "--episodes", "1", "--greedy", "--actions", actions)
     assert result.returncode == 0, result.stderr
+    # on ale-py's backend, whose env play.py cannot reach for the action names (it refused, exit 2)
+    with open(actions, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and {row["action_name"] for row in rows} <= {"NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"}
+    score = float(result.stdout.split("episode 1: score ")[1].split()[0])
+    assert sum(float(row["reward"]) for row in rows) == score
 
 
 def test_play_plays_one_atari_game_on_the_runs_backend_as_its_evaluations():

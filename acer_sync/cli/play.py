@@ -98,12 +98,6 @@ class StepLog:
         self.game += int(step.game_over[0])
 
 
-def action_names(env: VecEnv) -> list[str]:
-    """The names of env 0's discrete actions where it has them (ALE's NOOP, FIRE, ...), else none."""
-    meanings = getattr(env.first_env().unwrapped, "get_action_meanings", None)
-    return [str(name) for name in meanings()] if callable(meanings) else []
-
-
 def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     if args.episodes < 1:
@@ -159,7 +153,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
                 log_file = open(actions_part, "w", newline="")
             except OSError as error:
                 raise UserError(f"cannot write {args.actions}: {error.strerror}") from None
-            listeners.append(StepLog(log_file, action_names(env)))
+            listeners.append(StepLog(log_file, list(info.action_names)))
 
         def on_step(step: EnvStep | None) -> None:
             try:
