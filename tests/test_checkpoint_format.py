@@ -231,6 +231,16 @@ def test_a_flipped_bit_in_the_weights_is_refused_with_the_step_copy_to_go_back_t
         acer_sync.load(run_dir)
 
 
+def test_a_flipped_bit_in_the_archives_index_is_a_one_line_error(tmp_path):
+    # The first member's compression method, 0 (stored), read as 8 (deflated): zlib raised, a traceback.
+    data = bytearray((FORMAT2 / "cartpole_mlp" / "checkpoints" / "latest.pt").read_bytes())
+    entry = data.find(b"PK\x01\x02")  # the first member's entry in the central directory
+    data[entry + 10] ^= 0x08
+    (tmp_path / "latest.pt").write_bytes(bytes(data))
+    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data.pkl fails its CRC check\)"):
+        load_checkpoint(tmp_path / "latest.pt")
+
+
 def test_a_checkpoint_written_without_crcs_loads(tmp_path):
     # torch stores 0 for every member when compute_crc32 is off; those are not checked
     from torch.utils.serialization import config

@@ -34,6 +34,7 @@ import tempfile
 import threading
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -192,7 +193,7 @@ def failed_crc(path: Path) -> str | None:
                 with archive.open(member) as data:
                     while data.read(CRC_READ_BYTES):
                         pass
-            except zipfile.BadZipFile:
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError):  # a flip in its header: another compression, say
                 return member.filename
     return None
 
@@ -221,7 +222,7 @@ def load_checkpoint(path: str | Path) -> dict:
             raise _unreadable(path, "EINVAL") from None
         raise UserError(f"cannot read checkpoint {path}: {error.strerror or error}") from None
     except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, MemoryError, AssertionError,
-            NotImplementedError, zipfile.BadZipFile) as error:
+            NotImplementedError, zipfile.BadZipFile, zlib.error) as error:
         # what torch's readers raise on a file that is damaged or of another kind (text: KeyError; a CSV: IndexError;
         # an array of a size no checkpoint has: MemoryError; a flipped bit in the pickle: AssertionError)
         raise _unreadable(path, type(error).__name__) from None
