@@ -239,6 +239,14 @@ def test_a_flipped_bit_in_the_archives_index_is_a_one_line_error(tmp_path):
     (tmp_path / "latest.pt").write_bytes(bytes(data))
     with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data.pkl fails its CRC check\)"):
         load_checkpoint(tmp_path / "latest.pt")
+    # A tensor's entry marked a folder (MS-DOS attribute 0x10): torch read the tensor as other numbers, in silence.
+    data = bytearray((FORMAT2 / "cartpole_mlp" / "checkpoints" / "latest.pt").read_bytes())
+    entries = [index for index in range(len(data)) if data.startswith(b"PK\x01\x02", index)]
+    entry = next(index for index in entries if data.startswith(b"archive/data/0", index + 46))  # its name follows 46 bytes
+    data[entry + 38] ^= 0x10  # the first byte of the entry's external attributes
+    (tmp_path / "latest.pt").write_bytes(bytes(data))
+    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data/0 fails its CRC check\)"):
+        load_checkpoint(tmp_path / "latest.pt")
 
 
 def test_a_checkpoint_written_without_crcs_loads(tmp_path):

@@ -178,7 +178,8 @@ def _unreadable(path: Path, why: str = "") -> UserError:
 
 def failed_crc(path: Path) -> str | None:
     """The first member of ``path`` (torch's zip archive) whose bytes fail the CRC-32 stored for
-    them; None where all pass.
+    them, or that the archive's index damaged (marked a folder, or of another compression); None
+    where all pass.
 
     torch's reader checks no CRC, so a bit flipped in a tensor's bytes would load as other weights,
     in silence. torch writes a CRC for every member (``torch.utils.serialization.config.save.compute_crc32``,
@@ -187,6 +188,8 @@ def failed_crc(path: Path) -> str | None:
     """
     with zipfile.ZipFile(path) as archive:
         for member in archive.infolist():
+            if member.external_attr & MSDOS_DIRECTORY:  # torch writes no folder; its reader would read this file as empty
+                return member.filename
             if member.CRC == 0:
                 continue
             try:
@@ -198,6 +201,8 @@ def failed_crc(path: Path) -> str | None:
     return None
 
 
+#: The MS-DOS attribute bit of a zip member that is a folder (``external_attr``).
+MSDOS_DIRECTORY = 0x10
 #: How much of a checkpoint member :func:`failed_crc` reads at once.
 CRC_READ_BYTES = 1 << 22
 
