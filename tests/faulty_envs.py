@@ -4,7 +4,9 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 * ``raise``: raises ``RuntimeError("sensor cable unplugged")``;
 * ``nan_obs`` / ``nan_reward``: returns a NaN in its observation / its reward;
 * ``hang``: sleeps for an hour;
-* ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step).
+* ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
+* ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
+  the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it).
 
 At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made;
 ``raise_at_reset`` raises ``RuntimeError("sensor cable unplugged")`` and ``hang_at_reset`` sleeps for
@@ -30,7 +32,8 @@ _instances = itertools.count()
 class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0):
         super().__init__(gym.make("CartPole-v1"))
-        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset"):
+        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
+                         "seven_obs", "seven_at_cut"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -55,6 +58,10 @@ class FaultyCartPole(gym.Wrapper):
                 time.sleep(3600)
             if self.fault == "slow":
                 time.sleep(0.1)
+            if self.fault in ("seven_obs", "seven_at_cut") and self.steps == self.at_step:
+                obs = np.array(obs, dtype=np.float32)
+                obs[0] = 7.0
+                truncated = truncated or (self.fault == "seven_at_cut" and not terminated)
             if self.fault == "nan_obs":
                 obs = np.array(obs, dtype=np.float32)
                 obs[2] = np.nan

@@ -774,3 +774,22 @@ def test_predict_with_a_policy_that_is_nan_is_a_one_line_user_error(tmp_path):
     for deterministic in (False, True):
         with pytest.raises(acer_sync.UserError, match=r"^the network's policy was not finite \(NaN or inf\) for the observation of env 0,"):
             policy.predict(np.zeros(4, np.float32), deterministic=deterministic)
+
+
+@pytest.mark.parametrize("fault, evaluation", [("seven_at_cut", False), ("seven_obs", True)])
+def test_a_value_or_policy_that_is_nan_at_a_time_limit_cut_or_in_an_evaluation_names_it(tmp_path, fault, evaluation):
+    # A NaN V of a cut's final observation went into the buffer in silence, and every update that
+    # replayed it was skipped until --max-nonfinite stopped the run, blaming the updates; in an
+    # evaluation, the envs named were taken for training's.
+    faulty_envs._instances = iter(range(10**6))
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": fault, "at_step": 5, "from_instance": 3 if evaluation else 2},
+                               total_timesteps=10_000, torso="user_torsos:NanAtSeven", eval_every=80 if evaluation else 0, eval_episodes=2)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.NONFINITE
+    if evaluation:  # instances 3 and 4 are the evaluation's 2 envs (0 reads the spaces, 1 and 2 train)
+        assert outcome.error.startswith("the network's policy was not finite (NaN or inf) for the observation of evaluation envs 0, 1, "
+                                        "which was finite, so no action could be drawn")
+    else:  # instance 2 is training's env 1, cut at its step 5 on a final observation of 7
+        assert outcome.error.startswith("the network's value V was not finite (NaN or inf) for the observation of env 1, which was "
+                                        "finite, so the episode cut by a time limit has no value to bootstrap from")
+    assert outcome.timesteps == (80 if evaluation else 0)

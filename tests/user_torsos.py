@@ -165,3 +165,12 @@ class NanWhenActing(SmallTorso):
             if self.acts > self.finite_acts:
                 return out * float("nan")
         return out
+
+
+class NanAtSeven(SmallTorso):
+    """NaN features for an observation whose first number is 7 (tests/faulty_envs.py's ``seven_obs``
+    and ``seven_at_cut`` return one), finite elsewhere."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.layer(obs)
+        return torch.where((obs[:, 0] == 7.0).unsqueeze(1), torch.full_like(out, float("nan")), out)

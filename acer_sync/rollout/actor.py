@@ -20,14 +20,20 @@ from atari.stacking import FrameStacker
 SAMPLING_REFUSED = "probability tensor contains"
 
 
-def policy_not_finite(stats: np.ndarray) -> PolicyNotFinite:
-    """The error for statistics μ ``[N, stat_size]`` of which some are not finite, naming the envs."""
-    envs = np.flatnonzero(~np.isfinite(stats).all(axis=1)).tolist()
+def policy_not_finite(values: np.ndarray, envs_name: str = "env", what: str = "policy",
+                      consequence: str = "no action could be drawn") -> PolicyNotFinite:
+    """The error for the network's outputs ``values`` ``[N, ...]`` (μ, or V) of which some are not
+    finite, naming the envs (``envs_name``: "env", "evaluation env") whose rows they are; the
+    outputs ride on it as ``values``."""
+    bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    envs = np.flatnonzero(bad).tolist()
     shown = ", ".join(map(str, envs[:5])) + (f" and {len(envs) - 5} more" if len(envs) > 5 else "")
-    return PolicyNotFinite(
-        f"the network's policy was not finite (NaN or inf) for the observation of env{'s' if len(envs) > 1 else ''} {shown}, "
-        "which was finite, so no action could be drawn: a torso that divides by zero or takes a log of 0, or weights that overflow"
+    error = PolicyNotFinite(
+        f"the network's {what} was not finite (NaN or inf) for the observation of {envs_name}{'s' if len(envs) > 1 else ''} "
+        f"{shown}, which was finite, so {consequence}: a torso that divides by zero or takes a log of 0, or weights that overflow"
     )
+    error.values = values
+    return error
 
 
 def choose_actions(
@@ -121,9 +127,11 @@ class Actor:
     def __init__(
         self, model: Network, info: EnvInfo, num_envs: int, device: torch.device, greedy: bool = False,
         generator: torch.Generator | None = None, update_normalizer: bool = False, precision: str = "fp32",
-        device_stack: bool | None = None, graph: bool = False,
+        device_stack: bool | None = None, graph: bool = False, envs_name: str = "env",
     ):
         self.model = model
+        #: What the envs are called in errors: "env" (training's), "evaluation env".
+        self.envs_name = envs_name
         self.net = NetworkPasses(model, precision, device)
         self.device = device
         self.distribution = distribution_for(info)
@@ -182,7 +190,10 @@ class Actor:
             packed, self.state = self.graph(obs, first, self.state)
             actions, stats = self._packed_to_host(packed)
         else:
-            actions, stats, self.state = self._choose(obs, first, self.state)
+            try:
+                actions, stats, self.state = self._choose(obs, first, self.state)
+            except PolicyNotFinite as error:  # sampling refused it: name this actor's envs
+                raise policy_not_finite(error.values, self.envs_name) from None
             if self.device_stack:
                 actions, stats = self._packed_to_host(pack(actions, stats))
             else:
@@ -192,7 +203,7 @@ class Actor:
             actions[forced_envs] = forced_actions
             stats[forced_envs] = dist.forced_stats(forced_actions)
         if not np.isfinite(stats).all():  # on the host already: no wait for the device
-            raise policy_not_finite(stats)
+            raise policy_not_finite(stats, self.envs_name)
         return actions, stats
 
     def _packed_to_host(self, packed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -230,6 +241,8 @@ class Actor:
             not_first = torch.zeros(len(envs), dtype=torch.bool, device=self.device)
             features, _ = self.net.step(final, state, not_first)
             values[envs] = self.net.value_of(features).float().cpu().numpy()
+            if not np.isfinite(values).all():  # it would go into the buffer, and every update that replays it be skipped
+                raise policy_not_finite(values, self.envs_name, "value V", "the episode cut by a time limit has no value to bootstrap from")
         return values
 
     def observe(self, frames, episode_start: np.ndarray, life_lost: np.ndarray, game_over: np.ndarray) -> None:

@@ -59,7 +59,7 @@ def evaluate(
         played = np.zeros(n, dtype=np.int64)
         scores: list[float] = []
         tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
-        actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision)
+        actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision, envs_name="evaluation env")
         frames, lives = env.reset(seed=seed)
         tracker.reset(lives)
         actor.reset(frames)
