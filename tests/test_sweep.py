@@ -748,20 +748,21 @@ def test_a_setting_and_its_alias_together_are_refused_in_a_config_file_and_from_
 def test_a_sweep_started_before_a_check_existed_continues_its_started_trials(tmp_path, monkeypatch):
     # --replay-ratio is at most 100 for new runs. A sweep of 150 from before the cap could not be
     # continued: every trial was checked as a new run, though a resume of each is allowed.
+    from acer_sync.sweeps.spec import RECORD_FILE
+
     path = write(tmp_path, BASE + "settings: {total_timesteps: 5000, replay_ratio: 150}\n")
     runs_dir = tmp_path / "runs"
     with pytest.raises(UserError, match=r"trial CartPole-v1_seed0: --replay-ratio must be from 0 to 100"):
-        load_sweep(path, runs_dir)
+        load_sweep(path, runs_dir)  # a new sweep
+    (runs_dir / "s").mkdir(parents=True)
+    (runs_dir / "s" / RECORD_FILE).write_text("{}")  # the sweep ran before (launch.check_same_sweep compares the record)
     checkpoints = runs_dir / "s" / "CartPole-v1_seed0" / "checkpoints"
     checkpoints.mkdir(parents=True)
-    (checkpoints / "latest.pt").touch()  # started: the trial resumes (its checkpoint is checked then)
-    with pytest.raises(UserError, match=r"trial CartPole-v1_seed1: --replay-ratio must be from 0 to 100"):
-        load_sweep(path, runs_dir)  # the trial that has not started is a new run
-    (runs_dir / "s" / "CartPole-v1_seed1" / "checkpoints").mkdir(parents=True)
-    (runs_dir / "s" / "CartPole-v1_seed1" / "checkpoints" / "latest.pt").touch()
+    (checkpoints / "latest.pt").touch()
+    # Its started trial resumes; the other, not started when it stopped, starts as a new run, where the cap refuses it.
     assert [trial.config.replay_ratio for trial in load_sweep(path, runs_dir).trials] == [150, 150]
     with pytest.raises(UserError, match="--replay-ratio must be from 0 to 100"):
-        load_sweep(path)  # no runs directory: every trial is new
+        load_sweep(path)  # no runs directory: a new sweep
     # sweep.py reads the file with its --runs-dir
     from acer_sync.cli import sweep as sweep_cli
     from acer_sync.sweeps import launch

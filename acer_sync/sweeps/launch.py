@@ -38,14 +38,13 @@ from acer_sync.api.run_metadata import git_commit
 from acer_sync.base.config import build_config, setting_defaults
 from acer_sync.base.config_file import load_env_settings
 from acer_sync.base.errors import UserError, delivered_again
-from acer_sync.sweeps.spec import Sweep, sweep_record
+from acer_sync.sweeps.spec import RECORD_FILE, Sweep, sweep_record
 from acer_sync.sweeps.trial import LINE_PREFIX, DriverContext, StopRequest, run_trial
 from acer_sync.training.checkpoint import atomic_write
 from atari.envs import env_info
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TUNE_DIR = "tune"
-RECORD_FILE = "sweep.json"
 #: Not shipped to the cluster's nodes with ``--address`` (the sweep's own directory is left out too,
 #: wherever it is): runs, git's data (a file in a git worktree), environments, pictures.
 #: docs/ holds the docs site's figures, videos and reference runs: no trial reads them, and they would

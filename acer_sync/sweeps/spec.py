@@ -32,7 +32,6 @@ from acer_sync.api.runs import check_config
 from acer_sync.base.config import MAX_THREADS, Config, build_config, given_twice
 from acer_sync.base.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.base.errors import UserError
-from acer_sync.training.checkpoint import has_checkpoint
 from atari.envs import env_info
 
 REQUIRED_KEYS = ("name", "envs", "seeds")
@@ -136,13 +135,18 @@ def check_resources(payload: dict, source: str) -> tuple[int, float]:
     return cpus, float(gpus)
 
 
+#: The file in a sweep's folder that records the sweep its trials belong to (acer_sync.sweeps.launch).
+RECORD_FILE = "sweep.json"
+
+
 def load_sweep(path: Path, runs_dir: Path | None = None) -> Sweep:
     """Read and check the sweep file at ``path`` and expand its trials.
 
     ``runs_dir``: sweep.py's ``--runs-dir``, under which the sweep's folder holds a continued
-    sweep's trials; each trial that has a checkpoint there is checked as a resumed
-    run (:func:`acer_sync.base.config.validate`), so a check added since it started (the cap on
-    ``replay_ratio``) does not stop the sweep from going on.
+    sweep. Where it does (its :data:`RECORD_FILE`), the trials are checked as resumed runs
+    (:func:`acer_sync.base.config.validate`), so a check added since the sweep started (the cap on
+    ``replay_ratio``) does not stop it from going on: its started trials resume, and one that had
+    not started fails at its start with the check's line, as a new run.
     """
     source = str(path)
     payload = read_yaml_mapping(path)
@@ -176,6 +180,7 @@ def load_sweep(path: Path, runs_dir: Path | None = None) -> Sweep:
         raise UserError(f"{source}: settings.device is cuda but trial.gpus is 0; give each trial a share of a GPU")
 
     grid_axes = [name for name, value in (payload.get("settings") or {}).items() if isinstance(value, list)]
+    continued = runs_dir is not None and (runs_dir / name / RECORD_FILE).is_file()
     trials = []
     for env, seed, point in itertools.product(envs, seeds, itertools.product(*axes.values())):
         settings = dict(zip(axes, point))
@@ -193,9 +198,8 @@ def load_sweep(path: Path, runs_dir: Path | None = None) -> Sweep:
         # The trial trains on the GPU share it reserves, not on this machine's (a Ray head may have
         # none), and with no share on the CPU (acer_sync.sweeps.trial.on_reserved_devices).
         device_type = "cpu" if config.device == "cpu" or gpus == 0 else "cuda"
-        started = runs_dir is not None and has_checkpoint(runs_dir / name / trial_name)
         try:
-            check_config(config, info, device_type, resumed=started)
+            check_config(config, info, device_type, resumed=continued)
         except UserError as error:
             raise UserError(f"{source}: trial {trial_name}: {error}") from None
         trials.append(Trial(trial_name, config))
