@@ -4,7 +4,8 @@ user's torso is shown (tests/test_torsos.py): ``ShapedObs-v0`` with ``space=``
 * ``box``: a float Box (2, 3); ``image``: a float image Box (3, 8, 8) in [0, 1]; ``grid``: a uint8
   Box (5, 5) of cell codes 0..9 (not pixels); ``bits``: MultiBinary (2, 3);
 * ``dict``: a Dict of a Box (2, 3) ``pos`` and a Discrete(3) ``mode``; ``tuple``: the same as a Tuple;
-* ``dict_image``: a Dict of an RGB ``camera`` (40, 40, 3) uint8 and a Box (2, 3) ``pos``.
+* ``dict_image``: a Dict of an RGB ``camera`` (40, 40, 3) uint8 and a Box (2, 3) ``pos``;
+* ``ordered``: a Dict of a Box (2, 3) ``z`` and a Discrete(3) ``a``, in that order (not sorted).
 
 Each step's observation is random; action 1 earns 1 where the first number of the observation is
 positive. Episodes last 10 steps. Registered on import (``--env shaped_envs:ShapedObs-v0`` with
@@ -25,6 +26,7 @@ SPACES = {
     "dict": gym.spaces.Dict({"pos": POS, "mode": gym.spaces.Discrete(3)}),
     "tuple": gym.spaces.Tuple((POS, gym.spaces.Discrete(3))),
     "dict_image": gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (40, 40, 3), np.uint8), "pos": POS}),
+    "ordered": gym.spaces.Dict([("z", POS), ("a", gym.spaces.Discrete(3))]),  # pairs: not sorted
 }
 
 
@@ -41,7 +43,7 @@ class ShapedObs(gym.Env):
         observation = self.observation_space.sample()
         first = observation
         while isinstance(first, (dict, tuple)):
-            first = first["pos"] if isinstance(first, dict) else first[0]
+            first = first.get("pos", next(iter(first.values()))) if isinstance(first, dict) else first[0]
         self.first = float(np.asarray(first).flat[0]) - (0.5 if self.observation_space.dtype in (np.int8, np.uint8) else 0.0)
         return observation
 

@@ -206,7 +206,7 @@ def _one_hot(index: int, size: int) -> np.ndarray:
 @pytest.mark.parametrize("space, shown", [
     ("box", {"shape": (2, 3)}), ("image", {"shape": (3, 8, 8)}), ("grid", {"shape": (5, 5)}), ("bits", {"shape": (2, 3)}),
     ("dict", {"pos": (2, 3), "mode": (3,)}), ("tuple", {"0": (2, 3), "1": (3,)}),
-    ("dict_image", {"camera": (3, 40, 40), "pos": (2, 3)}),
+    ("dict_image", {"camera": (3, 40, 40), "pos": (2, 3)}), ("ordered", {"z": (2, 3), "a": (3,)}),
 ])
 def test_a_torso_is_shown_each_observation_in_the_envs_own_shape(tmp_path, space, shown):
     # As SB3 shows its extractors: they were shown the frames the trainer stores, a Box (2, 3) as 6
@@ -223,6 +223,7 @@ def test_a_torso_is_shown_each_observation_in_the_envs_own_shape(tmp_path, space
         assert built == gym.spaces.Box(-np.inf, np.inf, shown["shape"], np.float32)
     else:
         assert isinstance(built, gym.spaces.Dict) and {key: box.shape for key, box in built.spaces.items()} == shown
+        assert list(built.spaces) == list(shaped_envs.SPACES[space].spaces if space != "tuple" else shown)  # the env's order
     env = shaped_envs.ShapedObs(space)
     observation, _ = env.reset(seed=3)
     policy.predict(observation)
@@ -233,8 +234,9 @@ def test_a_torso_is_shown_each_observation_in_the_envs_own_shape(tmp_path, space
         assert torch.equal(seen["camera"], torch.as_tensor(observation["camera"]).permute(2, 0, 1)[None].float() / 255)
         assert torch.equal(seen["pos"], torch.as_tensor(observation["pos"])[None])
     else:
-        pos, mode = (observation["pos"], observation["mode"]) if space == "dict" else observation
-        first, second = ("pos", "mode") if space == "dict" else ("0", "1")
+        pos, mode = {"dict": lambda: (observation["pos"], observation["mode"]), "ordered": lambda: (observation["z"], observation["a"]),
+                     "tuple": lambda: observation}[space]()
+        first, second = {"dict": ("pos", "mode"), "ordered": ("z", "a"), "tuple": ("0", "1")}[space]
         assert torch.equal(seen[first], torch.as_tensor(pos)[None])
         assert torch.equal(seen[second], torch.as_tensor(_one_hot(mode, 3))[None])
     resumed = acer_sync.train(resume=run_dir, total_timesteps=120, progress_bar=False)

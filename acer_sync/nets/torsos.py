@@ -230,7 +230,8 @@ class UserTorso(nn.Module):
         self.split: list[tuple[str, int]] = []
         if view and "parts" in view:  # acer_sync.nets.build.torso_view: each part in its own shape
             images = {key: observation_space_of((obs_shape[0], *shape), dtype) for key, shape, dtype in obs_parts if dtype == "uint8"}
-            self.space = gym.spaces.Dict({key: images[key] if key in images else vector_space_of(shape) for key, shape in view["parts"]})
+            # pairs, not a dict, which gymnasium would sort: the parts keep the env's order
+            self.space = gym.spaces.Dict([(key, images[key] if key in images else vector_space_of(shape)) for key, shape in view["parts"]])
             if not obs_parts:
                 self.split = [(key, math.prod(shape)) for key, shape in view["parts"]]
         elif view and "shape" in view:
