@@ -189,6 +189,7 @@ def test_an_evaluation_a_stop_skipped_in_the_last_iteration_is_played_by_the_res
                             on_progress=rows.append)
     assert resumed.train().finished and resumed.timesteps == 200
     assert [row["total_timesteps"] for row in rows] == [200] and rows[0]["eval_episodes"] == 2
+    assert rows[0]["fps"] != rows[0]["fps"]  # NaN: the row trained no step (it read 0, a second row at 200 "stalled")
     with open(tmp_path / "progress.csv", newline="") as handle:
         evaluated = [(int(row["total_timesteps"]), float(row["eval_mean"]))
                      for row in csv.DictReader(handle) if int(row["eval_episodes"]) > 0]
@@ -235,3 +236,25 @@ def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_t
     outcome = resumed.train()
     assert outcome.stop is (Stop.INTERRUPTED if trouble == "stop" else Stop.ENV_FAILED) and outcome.timesteps == 200
     assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 200  # still owed
+
+
+def test_an_evaluation_a_stop_cuts_short_is_not_counted_as_training_time(tmp_path, monkeypatch):
+    # Its games are not reported, and their time went into the stop row's fps (145 against 13,644;
+    # Pong's 100 games on a CPU would bring it near 0).
+    def stopped_evaluation(*args, cancelled, **kwargs):
+        time.sleep(0.6)
+        trainer.request_stop("a test's stop")
+        assert cancelled()
+        return []
+
+    monkeypatch.setattr(acer_sync.training.callbacks, "evaluate", stopped_evaluation)
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=20, total_timesteps=400,
+                                      eval_every=80, log_interval=100, log_seconds=0, threads=1, hidden="16"))
+    rows = []
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False, on_progress=rows.append)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.INTERRUPTED and outcome.timesteps == 80
+    assert [row["total_timesteps"] for row in rows] == [80]
+    assert rows[0]["eval_episodes"] == 0 and rows[0]["eval_mean"] != rows[0]["eval_mean"] and rows[0]["eval_seconds"] >= 0.6
+    assert rows[0]["fps"] > 80 / 0.5
+    assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 80  # owed: a resume plays it first

@@ -81,8 +81,8 @@ def test_a_row_keeps_the_mean_and_the_largest_gradient_norm_of_its_updates():
     from acer_sync.training.acer import UPDATE_STATS
     from acer_sync.training.progress import UpdateStats
 
-    def update(grad_norm: float) -> dict:
-        return {name: torch.tensor(grad_norm if name == "grad_norm" else 1.0) for name in UPDATE_STATS}
+    def update(grad_norm: float) -> dict:  # an update that stepped: nonfinite 0
+        return {name: torch.tensor(grad_norm if name == "grad_norm" else 0.0 if name == "nonfinite" else 1.0) for name in UPDATE_STATS}
 
     stats = UpdateStats()
     for grad_norm in (1.0, 5.0, 2.0):
@@ -98,3 +98,80 @@ def test_a_row_keeps_the_mean_and_the_largest_gradient_norm_of_its_updates():
     stats.add(update(0.5), off_policy=False)
     means = stats.means()
     assert means["grad_norm_max"] == 0.5 and means["off_grad_norm_max"] != means["off_grad_norm_max"]  # NaN: none ran
+
+
+def test_a_skipped_update_leaves_its_rows_means_to_the_updates_that_stepped():
+    # A skipped update's inf loss and NaN gradient norm made its whole row's means inf and NaN
+    # (and TensorBoard and W&B drop those points), hiding the hundreds of updates around it.
+    import torch
+
+    from acer_sync.training.acer import UPDATE_STATS
+    from acer_sync.training.progress import UpdateStats
+
+    def update(loss_q: float, grad_norm: float, skipped: bool) -> dict:
+        values = {"loss_q": loss_q, "grad_norm": grad_norm, "nonfinite": float(skipped)}
+        return {name: torch.tensor(values.get(name, 1.0)) for name in UPDATE_STATS}
+
+    stats = UpdateStats()
+    for loss_q, grad_norm, skipped in ((1.0, 2.0, False), (float("inf"), float("nan"), True), (3.0, 4.0, False)):
+        stats.add(update(loss_q, grad_norm, skipped), off_policy=False)
+    stats.add(update(float("inf"), float("inf"), True), off_policy=True)
+    means = stats.means()
+    assert stats.counts == {"on": 3, "off": 1}  # off_policy_updates counts every update
+    assert means["loss_q"] == 2.0 and means["grad_norm"] == 3.0 and means["grad_norm_max"] == 4.0 and means["entropy"] == 1.0
+    assert all(value != value for name, value in means.items() if name.startswith("off_"))  # NaN: none stepped
+
+
+def _cartpole(tmp_path, **overrides):
+    from acer_sync.base.config import build_config
+    from acer_sync.training.setup import build_trainer
+    from atari.envs import env_info
+
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=20, log_interval=1,
+                                      eval_every=0, threads=1, hidden="16", **overrides))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return config, lambda **kwargs: build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False, **kwargs)
+
+
+def test_the_callbacks_starts_are_not_in_the_first_rows_training_time(tmp_path):
+    # W&B's init (--track), a user's on_training_start: they ran after the first row's clock started,
+    # so its fps read 184 against 10,400 (and time_elapsed 0.9 s) in each session's first row.
+    import time
+
+    from acer_sync.training.callbacks import Callback
+
+    class SlowStart(Callback):
+        def on_training_start(self, trainer):
+            time.sleep(1.0)
+
+    rows = []
+    _, build = _cartpole(tmp_path, total_timesteps=80)
+    assert build(callbacks=[SlowStart()], on_progress=rows.append).train().finished
+    assert rows[0]["time_elapsed"] < 0.5 and rows[0]["fps"] > 40 / 0.5
+
+
+def test_the_lr_of_a_row_is_its_last_updates_in_either_pipeline(tmp_path):
+    # Overlapped, the row showed the next segment's rate, one iteration ahead of its updates.
+    for pipeline in ("serial", "overlap"):
+        rows, rates = [], []
+        _, build = _cartpole(tmp_path / pipeline, total_timesteps=400, lr_schedule="linear", replay_ratio=0, pipeline=pipeline)
+        trainer = build(on_progress=lambda row: rows.append((row["lr"], rates[-1] if rates else None)))
+        update = trainer.agent.update
+        trainer.agent.update = lambda batch, lr: rates.append(lr) or update(batch, lr)
+        assert trainer.train().finished
+        assert len(rows) >= 9 and all(logged == used for logged, used in rows if used is not None), (pipeline, rows)
+
+
+def test_the_trust_region_is_never_active_without_it(tmp_path):
+    # tr_active_frac counted the samples with k.g > delta with --no-trust-region too (0.34 on Pendulum).
+    import acer_sync
+    from helpers import read_progress
+
+    active = {}
+    for trust_region in (True, False):
+        run_dir = acer_sync.train("Pendulum-v1", run_dir=tmp_path / str(trust_region), total_timesteps=1600, trust_region=trust_region,
+                                  replay_start=80, log_interval=2, eval_every=0, progress_bar=False, verbose=0)
+        rows = read_progress(run_dir)
+        active[trust_region] = max(float(row[name]) for row in rows for name in ("tr_active_frac", "off_tr_active_frac")
+                                   if row[name] not in ("", "nan"))
+    assert active[True] > 0 and active[False] == 0

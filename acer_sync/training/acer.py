@@ -355,6 +355,6 @@ class ACER:
                 "avg_norm_g": g.norm(dim=-1).mean(),
                 "avg_norm_k_dot_g": k_dot_g.abs().mean(),
                 "avg_norm_adj": (g - z).norm(dim=-1).mean(),
-                "tr_active_frac": (k_dot_g > cfg.delta).float().mean(),
+                "tr_active_frac": (k_dot_g > cfg.delta).float().mean() * cfg.trust_region,  # no constraint, none active
                 "nonfinite": (~finite).float(),
             }

@@ -378,6 +378,7 @@ class EvalCallback(Callback):
         self.next_eval = 0
         self.owed_eval: int | None = None  # the step of an evaluation a stop skipped, from the checkpoint
         self.final_results: dict[str, float] = {}  # the columns of one played at the start, for the final row
+        self.cancelled_seconds = 0.0  # how long the last evaluation a stop cut short had played
         self.best_mean = math.nan
 
     def on_training_start(self, trainer) -> None:
@@ -401,8 +402,8 @@ class EvalCallback(Callback):
         if trainer.timesteps < self.next_eval or trainer.stop_requested():
             return
         results = self.play(trainer)
-        if results is not None:
-            row.update(results)
+        # a stop during its games: none reported, but their time is not training's (fps)
+        row.update(results if results is not None else {"eval_seconds": self.cancelled_seconds})
 
     def play(self, trainer) -> dict[str, float] | None:
         """The evaluation due, its columns; at a new best mean, ``best.pt``."""
@@ -431,6 +432,7 @@ class EvalCallback(Callback):
             generator=self.generator, precision=cfg.precision, cancelled=trainer.stop_requested,
         )
         if trainer.stop_requested():
+            self.cancelled_seconds = round(time.perf_counter() - start, 2)
             return None
         if self.videos_dir is not None:
             self.new_videos.append((trainer.timesteps, self.record(trainer, seed)))
@@ -501,10 +503,14 @@ class ProgressCallback(Callback):
     def on_training_start(self, trainer) -> None:
         self.logger = Logger(self.run_dir, resume_step=self.resume_step)
         self._reset(trainer)
+        self.interval_start = None  # the first interval starts with training (trainer.started), after every callback's start
 
     def _reset(self, trainer) -> None:
         trainer.update_stats.reset()
         self.interval_start, self.interval_steps = time.perf_counter(), 0
+
+    def _interval_seconds(self, trainer) -> float:
+        return time.perf_counter() - (trainer.started if self.interval_start is None else self.interval_start)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         self.interval_steps += trainer.steps_per_iteration
@@ -517,8 +523,10 @@ class ProgressCallback(Callback):
     def _write(self, trainer, evaluation: dict) -> dict:
         """Log the row of the steps since the last one, ``evaluation``'s columns added (their
         time left out of ``fps``), start the next interval, and return the row."""
-        elapsed = time.perf_counter() - self.interval_start - evaluation.get("eval_seconds", 0.0)
-        row = progress_row(trainer, self.interval_steps / max(elapsed, 1e-9))
+        elapsed = self._interval_seconds(trainer) - evaluation.get("eval_seconds", 0.0)
+        # no steps (a resume at the total that played an owed evaluation): no training to measure
+        fps = self.interval_steps / max(elapsed, 1e-9) if self.interval_steps else math.nan
+        row = progress_row(trainer, fps)
         row.update(evaluation)  # the evaluation's columns, in the row's order
         self.logger.log(row)
         self._reset(trainer)
@@ -528,7 +536,7 @@ class ProgressCallback(Callback):
         cfg = self.config
         if trainer.iterations % cfg.log_interval == 0 or trainer.timesteps >= cfg.total_timesteps:
             return True
-        return cfg.log_seconds > 0 and time.perf_counter() - self.interval_start >= cfg.log_seconds
+        return cfg.log_seconds > 0 and self._interval_seconds(trainer) >= cfg.log_seconds
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
         if self.logger is None:

@@ -14,40 +14,49 @@ class UpdateStats:
     """Sums of each update's statistics, on-policy and off-policy apart, since the last progress
     row, and the largest gradient norm among them: tensors on the device, added to once an update
     and read from the host once a row. The largest norm tells one update that spiked from many
-    moderate ones, which a row's mean (of about a dozen updates) cannot."""
+    moderate ones, which a row's mean (of about a dozen updates) cannot.
+
+    A skipped (non-finite) update is counted (``counts``, and the agent's ``nonfinite_updates``)
+    but its statistics, inf or NaN, are left out of the sums, masked on the device: they would
+    have made its whole row's means inf or NaN, hiding the hundreds of updates that stepped."""
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}
+        self.stepped: dict[str, torch.Tensor] = {}  # the updates that stepped, a device count
         self.largest_grad_norm: dict[str, torch.Tensor] = {}
         self.counts = {"on": 0, "off": 0}
 
     def add(self, stats: dict[str, torch.Tensor], off_policy: bool) -> None:
         kind = "off" if off_policy else "on"
         values = torch.stack([stats[name].detach().float() for name in UPDATE_STATS])
-        grad_norm = values[UPDATE_STATS.index("grad_norm")]
+        stepped = stats["nonfinite"].detach().float() == 0
+        values = torch.where(stepped, values, torch.zeros_like(values))
+        grad_norm = torch.where(stepped, values[UPDATE_STATS.index("grad_norm")], -torch.inf)
         if kind in self.sums:
             self.sums[kind] = self.sums[kind] + values
+            self.stepped[kind] = self.stepped[kind] + stepped.float()
             self.largest_grad_norm[kind] = torch.maximum(self.largest_grad_norm[kind], grad_norm)
         else:
-            self.sums[kind], self.largest_grad_norm[kind] = values, grad_norm
+            self.sums[kind], self.stepped[kind], self.largest_grad_norm[kind] = values, stepped.float(), grad_norm
         self.counts[kind] += 1
 
     def means(self) -> dict[str, float]:
-        """Each statistic's mean over the updates since :meth:`reset`, and after ``grad_norm`` the
-        largest, ``grad_norm_max`` (NaN where none ran)."""
+        """Each statistic's mean over the updates that stepped since :meth:`reset`, and after
+        ``grad_norm`` the largest, ``grad_norm_max`` (NaN where none ran, or none stepped)."""
         means = {}
         for kind, prefix in (("on", ""), ("off", "off_")):
-            count = self.counts[kind]
-            if count:
-                *totals, largest = torch.cat([self.sums[kind], self.largest_grad_norm[kind].unsqueeze(0)]).tolist()
-            else:
+            stepped = 0.0
+            if self.counts[kind]:
+                *totals, largest, stepped = torch.cat(
+                    [self.sums[kind], self.largest_grad_norm[kind].unsqueeze(0), self.stepped[kind].unsqueeze(0)]).tolist()
+            if not stepped:
                 totals, largest = [float("nan")] * len(UPDATE_STATS), float("nan")
             for name, total in zip(UPDATE_STATS, totals):
                 if name != "nonfinite":
-                    means[prefix + name] = total / count if count else float("nan")
+                    means[prefix + name] = total / stepped if stepped else float("nan")
                 if name == "grad_norm":
                     means[prefix + "grad_norm_max"] = largest
         return means
@@ -75,7 +84,7 @@ def progress_row(trainer, fps: float) -> dict:
         "episodes": tracker.episodes,
         "mean_episode_reward": tracker.mean_return(),
         "mean_episode_length": float(np.mean(tracker.recent_lengths)) if tracker.recent_lengths else float("nan"),
-        "lr": trainer.lr,
+        "lr": trainer.lr if trainer.learned_lr is None else trainer.learned_lr,
         "off_policy_updates": trainer.update_stats.counts["off"],
         "nonfinite_updates": trainer.agent.nonfinite_updates,
         "rss_mb": round(resident_memory_mb(), 1),

@@ -69,7 +69,9 @@ class WandbCallback(Callback):
                 f"session's rows to step {last} are in progress.csv and TensorBoard only"
             )
         offline = Path(self.run.dir).parent
-        where = f"offline, in {offline}; upload it with wandb sync {offline}" if self.run.settings.mode == "offline" else self.run.url
+        # every session of the run writes a folder of its own: the command uploads them all, in order
+        sessions = offline.parent / "offline-run-*"
+        where = f"offline, in {offline}; upload the run with wandb sync {sessions}" if self.run.settings.mode == "offline" else self.run.url
         log.info(f"W&B run {self.run.id} ({where})")
 
     def _last_step(self) -> int:

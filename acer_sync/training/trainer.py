@@ -92,6 +92,8 @@ class Trainer:
         if self.buffer.restart_cut.any():
             self._bootstrap_restart()
         self.started = time.perf_counter()
+        #: The learning rate of the last update (the ``lr`` a progress row shows); None before the first.
+        self.learned_lr: float | None = None
         self.steps_per_iteration = config.num_envs * config.nsteps
         self.lr = learning_rate(config.lr_schedule, config.lr, self.timesteps, config.total_timesteps)
         self.update_stats = UpdateStats()
@@ -154,6 +156,7 @@ class Trainer:
         with timer("on_policy_update"):
             self.update_stats.add(self.agent.update(batch, self.lr), off_policy=False)
         self.updates += 1
+        self.learned_lr = self.lr  # overlapped, self.lr moves on to the next segment's before the row is written
         if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
             for _ in range(self.sampler.poisson(cfg.replay_ratio)):
                 with timer("buffer_get"):
@@ -216,6 +219,7 @@ class Trainer:
         cfg = self.config
         try:
             stopper = self.callbacks.on_training_start(self)
+            self.started = time.perf_counter()  # the callbacks' starts (W&B's init, an owed evaluation) are not training
             while stopper is None and self.timesteps < cfg.total_timesteps and stop.signal_name is None:
                 self.iterate()
                 stopper = self.callbacks.on_rollout_end(self)
