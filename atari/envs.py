@@ -193,7 +193,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         action_space = env.action_space
         observation_space = env.observation_space
         own_space = getattr(env, "raw_observation_space", None)
-        action_meanings = env.unwrapped.get_action_meanings() if atari else []
+        action_meanings = env.unwrapped.get_action_meanings() if atari else user_action_names(env)
     finally:
         env.close()
     continuous = isinstance(action_space, gym.spaces.Box)
@@ -218,18 +218,19 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             f"{env_id} has a {type(action_space).__name__} action space; acer_sync supports "
             "Discrete and Box actions only"
         )
+    names = tuple(str(name) for name in action_meanings)
     if atari:
         return EnvInfo(
             env_id, True, ATARI_FRAME, np.dtype(np.uint8), ATARI_STACK, int(action_space.n),
-            life_loss_actions=baselines_life_loss_actions(action_meanings), env_kwargs=env_kwargs,
-            action_names=tuple(str(name) for name in action_meanings),
+            life_loss_actions=baselines_life_loss_actions(action_meanings), env_kwargs=env_kwargs, action_names=names,
         )
     if isinstance(observation_space, gym.spaces.Dict):  # the parts of a Dict or Tuple with an image
         if continuous:
             raise UserError(f"{env_id} has image observations and Box actions; acer_sync takes images with Discrete actions only")
         frame_parts = tuple((key, tuple(box.shape), box.dtype.name) for key, box in observation_space.spaces.items())
         return EnvInfo(env_id, False, (), np.dtype(np.uint8), 1, int(action_space.n), env_kwargs=env_kwargs,
-                       observation_space=own_space, frame_parts=frame_parts, action_start=int(action_space.start))
+                       observation_space=own_space, frame_parts=frame_parts, action_start=int(action_space.start),
+                       action_names=names)
     # make_gym_env has turned the observations into frames: a vector, or a uint8 image (H, W) or (C, H, W).
     frame_shape = tuple(observation_space.shape)
     image = len(frame_shape) > 1
@@ -244,7 +245,19 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             observation_space=own_space,
         )
     return EnvInfo(env_id, False, frame_shape, frame_dtype, 1, int(action_space.n), env_kwargs=env_kwargs,
-                   observation_space=own_space, action_start=int(action_space.start))
+                   observation_space=own_space, action_start=int(action_space.start), action_names=names)
+
+
+def user_action_names(env: gym.Env) -> list[str]:
+    """The names a Discrete env of the user's gives its actions with ``get_action_meanings()``, as
+    ALE's do; none where it has no such method (or it fails: the names only label play.py's log)."""
+    meanings = getattr(env.unwrapped, "get_action_meanings", None)
+    if not callable(meanings) or not isinstance(env.action_space, gym.spaces.Discrete):
+        return []
+    try:
+        return [str(name) for name in meanings()]
+    except Exception:  # noqa: BLE001 - the user's method: a label is not worth a failed start
+        return []
 
 
 def image_layout(space: gym.Space) -> str | None:

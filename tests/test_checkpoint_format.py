@@ -237,7 +237,7 @@ def test_a_flipped_bit_in_the_archives_index_is_a_one_line_error(tmp_path):
     entry = data.find(b"PK\x01\x02")  # the first member's entry in the central directory
     data[entry + 10] ^= 0x08
     (tmp_path / "latest.pt").write_bytes(bytes(data))
-    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data.pkl fails its CRC check\)"):
+    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data.pkl is damaged in the zip's index\)"):
         load_checkpoint(tmp_path / "latest.pt")
     # A tensor's entry marked a folder (MS-DOS attribute 0x10): torch read the tensor as other numbers, in silence.
     data = bytearray((FORMAT2 / "cartpole_mlp" / "checkpoints" / "latest.pt").read_bytes())
@@ -245,8 +245,19 @@ def test_a_flipped_bit_in_the_archives_index_is_a_one_line_error(tmp_path):
     entry = next(index for index in entries if data.startswith(b"archive/data/0", index + 46))  # its name follows 46 bytes
     data[entry + 38] ^= 0x10  # the first byte of the entry's external attributes
     (tmp_path / "latest.pt").write_bytes(bytes(data))
-    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data/0 fails its CRC check\)"):
+    with pytest.raises(acer_sync.UserError, match=r"corrupt or truncated.*\(archive/data/0 is damaged in the zip's index\)"):
         load_checkpoint(tmp_path / "latest.pt")
+    # ... but a real folder entry (``zip -r`` writes them) is no damage: torch reads the file
+    source = load_checkpoint(FORMAT2 / "cartpole_mlp")
+    torch.save(source, tmp_path / "intact.pt")
+    with zipfile.ZipFile(tmp_path / "intact.pt") as original, zipfile.ZipFile(tmp_path / "rezipped.pt", "w") as rezipped:
+        folder = original.namelist()[0].split("/")[0] + "/"
+        entry = zipfile.ZipInfo(folder)
+        entry.external_attr = 0o40775 << 16 | 0x10  # a folder's entry as zipfile.write and zip -r make it: a name ending in "/", and 0x10
+        rezipped.writestr(entry, b"")
+        for name in original.namelist():
+            rezipped.writestr(original.getinfo(name), original.read(name))
+    assert load_checkpoint(tmp_path / "rezipped.pt")["config"] == source["config"]
 
 
 def test_a_checkpoint_written_without_crcs_loads(tmp_path):

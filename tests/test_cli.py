@@ -117,6 +117,27 @@ def test_play_accepts_a_checkpoint_file_and_logs_the_steps_of_a_game_on_the_runs
     assert sum(float(row["reward"]) for row in rows) == score
 
 
+def test_the_action_names_of_a_users_env_label_plays_steps():
+    # play.py asked env 0 for them (refused on ale-py's backend); taken with the env's info, only
+    # Atari's were kept for a while: a user's env with get_action_meanings() lost them.
+    import gymnasium as gym
+    from gymnasium.envs.classic_control import CartPoleEnv
+
+    from atari.envs import env_info
+
+    class Named(CartPoleEnv):
+        def get_action_meanings(self):
+            return ["PUSH_LEFT", "PUSH_RIGHT"]
+
+    gym.register("NamedCartPoleForPlay-v0", entry_point=Named)
+    try:
+        assert env_info("NamedCartPoleForPlay-v0").action_names == ("PUSH_LEFT", "PUSH_RIGHT")
+        assert env_info("CartPole-v1").action_names == ()
+        assert env_info("PongNoFrameskip-v4").action_names == ("NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE")
+    finally:
+        gym.registry.pop("NamedCartPoleForPlay-v0")
+
+
 def test_play_plays_one_atari_game_on_the_runs_backend_as_its_evaluations():
     # One env played on the sync backend: gymnasium's 1 to 30 no-ops, not ale-py's 0 to 29 and
     # FIRE that the run's evaluations started from, so play.py's scores came from other starts.

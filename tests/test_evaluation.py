@@ -258,3 +258,29 @@ def test_an_evaluation_a_stop_cuts_short_is_not_counted_as_training_time(tmp_pat
     assert rows[0]["eval_episodes"] == 0 and rows[0]["eval_mean"] != rows[0]["eval_mean"] and rows[0]["eval_seconds"] >= 0.6
     assert rows[0]["fps"] > 80 / 0.5
     assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 80  # owed: a resume plays it first
+
+
+def test_the_evaluation_a_resume_at_the_total_plays_counts_in_the_runs_time(tmp_path, monkeypatch):
+    # It was left out of time_elapsed (the row even read less than its own eval_seconds), where an
+    # uninterrupted run counts it.
+    real_evaluate = acer_sync.training.callbacks.evaluate
+
+    def slow_evaluate(*args, **kwargs):
+        time.sleep(0.5)
+        return real_evaluate(*args, **kwargs)
+
+    config = build_config(False, dict(
+        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=200, buffer_size=100,
+        replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16",
+    ))
+    info = env_info("CartPole-v1")
+    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
+    stop_in_the_iteration_ending_at(trainer, 200)
+    assert trainer.train().stop is Stop.INTERRUPTED
+    before = load_checkpoint(tmp_path)["counters"]["time_elapsed"]
+    monkeypatch.setattr(acer_sync.training.callbacks, "evaluate", slow_evaluate)
+    rows = []
+    resumed = build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path), on_progress=rows.append)
+    assert resumed.train().finished
+    assert rows[0]["eval_seconds"] >= 0.5 and rows[0]["time_elapsed"] >= round(before + 0.5, 1)
+    assert rows[0]["lr"] != rows[0]["lr"]  # NaN: no update in the row

@@ -36,6 +36,7 @@ def evaluate(
     on_step: Callable[[EnvStep | None], None] | None = None,
     precision: str = "fp32",
     cancelled: Callable[[], bool] | None = None,
+    envs_name: str = "env",
 ) -> list[float]:
     """Play ``episodes`` full games and return their raw scores.
 
@@ -52,6 +53,7 @@ def evaluate(
     ``precision`` is what the network's passes compute in (:mod:`acer_sync.nets.precision`).
     Once ``cancelled()`` is true (a stop signal in training), it returns the games finished so far,
     after the env step it was asked in. The network plays in evaluation mode (:func:`evaluation_mode`).
+    ``envs_name`` is what errors call its envs ("evaluation env" in a training's evaluation).
     """
     with evaluation_mode(model):
         n = env.num_envs
@@ -59,7 +61,7 @@ def evaluate(
         played = np.zeros(n, dtype=np.int64)
         scores: list[float] = []
         tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
-        actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision, envs_name="evaluation env")
+        actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision, envs_name=envs_name)
         frames, lives = env.reset(seed=seed)
         tracker.reset(lives)
         actor.reset(frames)

@@ -429,13 +429,13 @@ class EvalCallback(Callback):
         seed = cfg.seed + 1_000_003 * (1 + trainer.timesteps // max(cfg.eval_every, 1))
         scores = evaluate(
             trainer.model, self.env, cfg.eval_episodes, trainer.device, greedy=cfg.eval_greedy, seed=seed,
-            generator=self.generator, precision=cfg.precision, cancelled=trainer.stop_requested,
+            generator=self.generator, precision=cfg.precision, cancelled=trainer.stop_requested, envs_name="evaluation env",
         )
         if trainer.stop_requested():
             self.cancelled_seconds = round(time.perf_counter() - start, 2)
             return None
-        if self.videos_dir is not None:
-            self.new_videos.append((trainer.timesteps, self.record(trainer, seed)))
+        if self.videos_dir is not None and (video := self.record(trainer, seed)) is not None:
+            self.new_videos.append((trainer.timesteps, video))
         return {
             "eval_mean": float(np.mean(scores)),
             "eval_std": float(np.std(scores)),
@@ -443,8 +443,9 @@ class EvalCallback(Callback):
             "eval_seconds": round(time.perf_counter() - start, 2),
         }
 
-    def record(self, trainer, seed: int) -> Path:
-        """One game played as the evaluation plays them, recorded to ``videos/step_<N>.mp4``."""
+    def record(self, trainer, seed: int) -> Path | None:
+        """One game played as the evaluation plays them, recorded to ``videos/step_<N>.mp4``; None
+        where a stop came during it (the game ends there, and no video is kept)."""
         if self.video_env is None:
             self.video_env = video_env(trainer.info)
         try:
@@ -456,8 +457,9 @@ class EvalCallback(Callback):
             evaluate(
                 trainer.model, self.video_env, 1, trainer.device, greedy=self.config.eval_greedy, seed=seed,
                 generator=self.video_generator, on_step=recorder, precision=self.config.precision,
+                cancelled=trainer.stop_requested, envs_name="evaluation env",
             )
-            return recorder.finish()
+            return None if trainer.stop_requested() else recorder.finish()
         except OSError as error:
             raise WriteFailed(recorder.path, error) from None
         finally:
@@ -503,14 +505,14 @@ class ProgressCallback(Callback):
     def on_training_start(self, trainer) -> None:
         self.logger = Logger(self.run_dir, resume_step=self.resume_step)
         self._reset(trainer)
-        self.interval_start = None  # the first interval starts with training (trainer.started), after every callback's start
+        self.interval_start = None  # the first interval starts with the loop (trainer.loop_started), after every callback's start
 
     def _reset(self, trainer) -> None:
         trainer.update_stats.reset()
         self.interval_start, self.interval_steps = time.perf_counter(), 0
 
     def _interval_seconds(self, trainer) -> float:
-        return time.perf_counter() - (trainer.started if self.interval_start is None else self.interval_start)
+        return time.perf_counter() - (trainer.loop_started if self.interval_start is None else self.interval_start)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         self.interval_steps += trainer.steps_per_iteration

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import lzma
 import os
 import pickle
 import re
@@ -176,34 +177,38 @@ def _unreadable(path: Path, why: str = "") -> UserError:
     )
 
 
-def failed_crc(path: Path) -> str | None:
-    """The first member of ``path`` (torch's zip archive) whose bytes fail the CRC-32 stored for
-    them, or that the archive's index damaged (marked a folder, or of another compression); None
-    where all pass.
+def damaged_member(path: Path) -> str | None:
+    """What is damaged in ``path`` (torch's zip archive), as "MEMBER fails its CRC check" or
+    "MEMBER is damaged in the zip's index"; None where nothing is.
 
     torch's reader checks no CRC, so a bit flipped in a tensor's bytes would load as other weights,
     in silence. torch writes a CRC for every member (``torch.utils.serialization.config.save.compute_crc32``,
-    on by default); members written with it off store 0 and are not checked. It reads the file once
-    more: 30 ms for Pong's 24 MB checkpoint.
+    on by default); members written with it off store 0 and are not checked. A file (a name not
+    ending in "/") marked a folder in the index would be read by torch as empty. It reads the file
+    once more: 30 ms for Pong's 24 MB checkpoint.
     """
     with zipfile.ZipFile(path) as archive:
         for member in archive.infolist():
-            if member.external_attr & MSDOS_DIRECTORY:  # torch writes no folder; its reader would read this file as empty
-                return member.filename
+            if member.external_attr & MSDOS_DIRECTORY and not member.filename.endswith("/"):
+                return f"{member.filename} {INDEX_DAMAGE}"
             if member.CRC == 0:
                 continue
             try:
                 with archive.open(member) as data:
                     while data.read(CRC_READ_BYTES):
                         pass
-            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError):  # a flip in its header: another compression, say
-                return member.filename
+            except zipfile.BadZipFile as error:
+                return f"{member.filename} {'fails its CRC check' if 'CRC' in str(error) else INDEX_DAMAGE}"
+            except (zlib.error, lzma.LZMAError, OSError, EOFError, NotImplementedError):  # another compression, read from a flipped bit
+                return f"{member.filename} {INDEX_DAMAGE}"
     return None
 
 
+#: What :func:`damaged_member` says of a member whose entry in the zip's index is damaged.
+INDEX_DAMAGE = "is damaged in the zip's index"
 #: The MS-DOS attribute bit of a zip member that is a folder (``external_attr``).
 MSDOS_DIRECTORY = 0x10
-#: How much of a checkpoint member :func:`failed_crc` reads at once.
+#: How much of a checkpoint member :func:`damaged_member` reads at once.
 CRC_READ_BYTES = 1 << 22
 
 
@@ -212,8 +217,8 @@ def load_checkpoint(path: str | Path) -> dict:
     (:func:`migrate`); every failure is a one-line UserError."""
     path = resolve_checkpoint(path)
     try:
-        if zipfile.is_zipfile(path) and (member := failed_crc(path)) is not None:
-            raise _unreadable(path, f"{member} fails its CRC check")
+        if zipfile.is_zipfile(path) and (damage := damaged_member(path)) is not None:
+            raise _unreadable(path, damage)
         with warnings.catch_warnings():  # a file of another pickle protocol warns before it fails
             warnings.simplefilter("ignore", UserWarning)
             with numpy_numbers_allowed():

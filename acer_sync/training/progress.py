@@ -84,7 +84,7 @@ def progress_row(trainer, fps: float) -> dict:
         "episodes": tracker.episodes,
         "mean_episode_reward": tracker.mean_return(),
         "mean_episode_length": float(np.mean(tracker.recent_lengths)) if tracker.recent_lengths else float("nan"),
-        "lr": trainer.lr if trainer.learned_lr is None else trainer.learned_lr,
+        "lr": float("nan") if trainer.learned_lr is None else trainer.learned_lr,  # no update yet (overlap's first iteration)
         "off_policy_updates": trainer.update_stats.counts["off"],
         "nonfinite_updates": trainer.agent.nonfinite_updates,
         "rss_mb": round(resident_memory_mb(), 1),

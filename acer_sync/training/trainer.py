@@ -25,6 +25,7 @@ from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.networks import Network
 from acer_sync.nets.torsos import evaluation_mode
 from acer_sync.replay.buffer import Batch, Field, ReplayBuffer, Sample, to_batch
+from acer_sync.rollout.actor import policy_not_finite
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
@@ -92,6 +93,8 @@ class Trainer:
         if self.buffer.restart_cut.any():
             self._bootstrap_restart()
         self.started = time.perf_counter()
+        #: When the loop of iterations began, after the callbacks' starts (the first progress row's fps counts from it).
+        self.loop_started = self.started
         #: The learning rate of the last update (the ``lr`` a progress row shows); None before the first.
         self.learned_lr: float | None = None
         self.steps_per_iteration = config.num_envs * config.nsteps
@@ -172,8 +175,10 @@ class Trainer:
         the update computes it (the network unrolled over the segment from its replay state)."""
         batch = self._with_replay_state(self._load(self.buffer.latest))
         features, _ = self.agent.net.unroll(batch.obs, batch.firsts, batch.state)
-        values = self.agent.net.value_of(features).float().reshape(self.config.nsteps + 1, self.config.num_envs)[-1]
-        self.buffer.bootstrap_restart(values.cpu().numpy())
+        values = self.agent.net.value_of(features).float().reshape(self.config.nsteps + 1, self.config.num_envs)[-1].cpu().numpy()
+        if not np.isfinite(values).all():  # it would go into the buffer, and every update that replays it be skipped
+            raise policy_not_finite(values, "env", "value V", "the episode the restart cut has no value to bootstrap from")
+        self.buffer.bootstrap_restart(values)
 
     def _load(self, sample: Callable[[], Sample]) -> Batch:
         """A buffer sample (``sample()``) as a batch on the device, loaded on the side stream."""
@@ -219,7 +224,7 @@ class Trainer:
         cfg = self.config
         try:
             stopper = self.callbacks.on_training_start(self)
-            self.started = time.perf_counter()  # the callbacks' starts (W&B's init, an owed evaluation) are not training
+            self.loop_started = time.perf_counter()  # the callbacks' starts (W&B's init, an owed evaluation) are not training
             while stopper is None and self.timesteps < cfg.total_timesteps and stop.signal_name is None:
                 self.iterate()
                 stopper = self.callbacks.on_rollout_end(self)
