@@ -211,9 +211,9 @@ def test_a_run_that_evaluates_every_iteration_evaluates_once_at_its_end_also_aft
     assert evaluated == [10, 20, 30]
 
 
-@pytest.mark.parametrize("trouble", ["stop", "env"])
-def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_the_resume_as_in_an_iteration(
-        tmp_path, trouble):
+def stopped_in_the_last_iteration(tmp_path):
+    """A small CartPole run stopped in its last iteration (ending at its total, 200), which skipped
+    the evaluation due there; its config and env info, for the resume."""
     config = build_config(False, dict(
         env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=200, buffer_size=100,
         replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16",
@@ -222,6 +222,13 @@ def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_t
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
     stop_in_the_iteration_ending_at(trainer, 200)
     assert trainer.train().stop is Stop.INTERRUPTED
+    return config, info
+
+
+@pytest.mark.parametrize("trouble", ["stop", "env"])
+def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_the_resume_as_in_an_iteration(
+        tmp_path, trouble):
+    config, info = stopped_in_the_last_iteration(tmp_path)
     resumed = build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path))
     evaluation = next(c for c in resumed.callbacks.callbacks if type(c).__name__ == "EvalCallback")
     evaluate_games = evaluation.evaluate
@@ -269,14 +276,7 @@ def test_the_evaluation_a_resume_at_the_total_plays_counts_in_the_runs_time(tmp_
         time.sleep(0.5)
         return real_evaluate(*args, **kwargs)
 
-    config = build_config(False, dict(
-        env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=200, buffer_size=100,
-        replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16",
-    ))
-    info = env_info("CartPole-v1")
-    trainer = build_trainer(config, info, tmp_path, progress_bar=False)
-    stop_in_the_iteration_ending_at(trainer, 200)
-    assert trainer.train().stop is Stop.INTERRUPTED
+    config, info = stopped_in_the_last_iteration(tmp_path)
     before = load_checkpoint(tmp_path)["counters"]["time_elapsed"]
     monkeypatch.setattr(acer_sync.training.callbacks, "evaluate", slow_evaluate)
     rows = []
