@@ -60,7 +60,8 @@ def evaluate(
         quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
         played = np.zeros(n, dtype=np.int64)
         scores: list[float] = []
-        tracker = EpisodeTracker(n, life_loss_ends_episode=False, clip_rewards=False)
+        # Episodes for the policy's memory end where training's do (a lost life on Atari); the scores are full games.
+        tracker = EpisodeTracker(n, life_loss_ends_episode=env.info.atari, clip_rewards=False)
         actor = Actor(model, env.info, n, device, greedy=greedy, generator=generator, precision=precision, envs_name=envs_name)
         frames, lives = env.reset(seed=seed)
         tracker.reset(lives)
@@ -72,8 +73,7 @@ def evaluate(
             actions, _ = actor.act()
             env_actions = actor.distribution.env_actions(actions)
             frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
-            _, game_over, _ = tracker.step(raw_rewards, terminated, truncated, lives)
-            memory_starts = game_over | tracker.life_lost if env.info.atari else game_over  # as training's episodes
+            _, memory_starts, game_over = tracker.step(raw_rewards, terminated, truncated, lives)
             actor.observe(frames, memory_starts, tracker.life_lost, game_over)
             for env_index, score in tracker.finished:
                 if played[env_index] < quota[env_index]:
