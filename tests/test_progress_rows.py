@@ -125,6 +125,35 @@ def test_a_skipped_update_leaves_its_rows_means_to_the_updates_that_stepped():
     assert all(value != value for name, value in means.items() if name.startswith("off_"))  # NaN: none stepped
 
 
+def test_explained_variance_of_a_constant_target_is_undefined_and_left_out_of_its_rows_mean():
+    # A constant Q^ret has no variance to explain: Baselines gives NaN. The variance clamped at
+    # 1e-12 gave about -1e8, which one such update carried into its whole row's mean.
+    import torch
+
+    from acer_sync.training.acer import UPDATE_STATS, explained_variance
+    from acer_sync.training.progress import UpdateStats
+
+    constant = torch.full((4, 2), 3.0)
+    assert explained_variance(constant + 0.5, constant).isnan()
+    target = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    assert explained_variance(target, target) == 1.0
+    assert explained_variance(torch.full_like(target, target.mean()), target) == 0.0
+    # 1 − Var[(0, 0, 0, 1)] / Var[(1, 2, 3, 5)] = 1 − 0.25 / 2.9167 (unbiased variances: 1/4 and 35/12)
+    assert explained_variance(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), target).item() == pytest.approx(1 - 3 / 35)
+
+    def update(explained: float) -> dict:
+        return {name: torch.tensor(explained if name == "explained_variance" else 0.0 if name == "nonfinite" else 1.0)
+                for name in UPDATE_STATS}
+
+    stats = UpdateStats()
+    for explained in (0.5, float("nan"), 0.25):
+        stats.add(update(explained), off_policy=False)
+    stats.add(update(float("nan")), off_policy=True)
+    means = stats.means()
+    assert means["explained_variance"] == 0.375 and means["loss_q"] == 1.0
+    assert means["off_explained_variance"] != means["off_explained_variance"] and means["off_loss_q"] == 1.0  # NaN: none defined it
+
+
 def _cartpole(tmp_path, **overrides):
     from acer_sync.base.config import build_config
     from acer_sync.training.setup import build_trainer

@@ -38,9 +38,11 @@ LOG_RHO_LOGGED_MAX = -math.log(losses.PROB_EPS)  # log of the largest discrete �
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """1 − Var[target − prediction] / Var[target]: 1 is perfect, 0 no better than a constant."""
+    """1 − Var[target − prediction] / Var[target]: 1 is perfect, 0 no better than a constant; NaN
+    where the target is constant, as in Baselines (no prediction explains anything of it)."""
     var_target = target.var()
-    return 1.0 - (target - prediction).var() / var_target.clamp_min(1e-12)
+    undefined = torch.full_like(var_target, float("nan"))
+    return torch.where(var_target > 0, 1.0 - (target - prediction).var() / var_target, undefined)
 
 
 #: The ``config.compile`` modes that compile the whole update (:meth:`ACER.update`).

@@ -18,7 +18,9 @@ class UpdateStats:
 
     A skipped (non-finite) update is counted (``counts``, and the agent's ``nonfinite_updates``)
     but its statistics, inf or NaN, are left out of the sums, masked on the device: they would
-    have made its whole row's means inf or NaN, hiding the hundreds of updates that stepped."""
+    have made its whole row's means inf or NaN, hiding the hundreds of updates that stepped.
+    So is a statistic that an update that stepped leaves undefined (NaN): ``explained_variance``
+    of a constant Q^ret; each statistic is averaged over the updates that define it."""
 
     def __init__(self):
         self.reset()
@@ -26,6 +28,7 @@ class UpdateStats:
     def reset(self) -> None:
         self.sums: dict[str, torch.Tensor] = {}
         self.stepped: dict[str, torch.Tensor] = {}  # the updates that stepped, a device count
+        self.defined: dict[str, torch.Tensor] = {}  # of those, the ones that define each statistic, device counts
         self.largest_grad_norm: dict[str, torch.Tensor] = {}
         self.counts = {"on": 0, "off": 0}
 
@@ -33,30 +36,36 @@ class UpdateStats:
         kind = "off" if off_policy else "on"
         values = torch.stack([stats[name].detach().float() for name in UPDATE_STATS])
         stepped = stats["nonfinite"].detach().float() == 0
-        values = torch.where(stepped, values, torch.zeros_like(values))
+        defined = stepped & ~values.isnan()  # [len(UPDATE_STATS)]
         grad_norm = torch.where(stepped, values[UPDATE_STATS.index("grad_norm")], -torch.inf)
+        values = torch.where(defined, values, torch.zeros_like(values))
         if kind in self.sums:
             self.sums[kind] = self.sums[kind] + values
             self.stepped[kind] = self.stepped[kind] + stepped.float()
+            self.defined[kind] = self.defined[kind] + defined.float()
             self.largest_grad_norm[kind] = torch.maximum(self.largest_grad_norm[kind], grad_norm)
         else:
             self.sums[kind], self.stepped[kind], self.largest_grad_norm[kind] = values, stepped.float(), grad_norm
+            self.defined[kind] = defined.float()
         self.counts[kind] += 1
 
     def means(self) -> dict[str, float]:
-        """Each statistic's mean over the updates that stepped since :meth:`reset`, and after
-        ``grad_norm`` the largest, ``grad_norm_max`` (NaN where none ran, or none stepped)."""
+        """Each statistic's mean over the updates that stepped since :meth:`reset` and define it,
+        and after ``grad_norm`` the largest, ``grad_norm_max`` (NaN where none ran, or none
+        stepped, or none defined it)."""
         means = {}
+        count = len(UPDATE_STATS)
         for kind, prefix in (("on", ""), ("off", "off_")):
             stepped = 0.0
             if self.counts[kind]:
-                *totals, largest, stepped = torch.cat(
-                    [self.sums[kind], self.largest_grad_norm[kind].unsqueeze(0), self.stepped[kind].unsqueeze(0)]).tolist()
+                read = torch.cat([self.sums[kind], self.defined[kind], self.largest_grad_norm[kind].unsqueeze(0),
+                                  self.stepped[kind].unsqueeze(0)]).tolist()
+                totals, defined, (largest, stepped) = read[:count], read[count:2 * count], read[2 * count:]
             if not stepped:
-                totals, largest = [float("nan")] * len(UPDATE_STATS), float("nan")
-            for name, total in zip(UPDATE_STATS, totals):
+                totals, defined, largest = [float("nan")] * count, [0.0] * count, float("nan")
+            for name, total, times in zip(UPDATE_STATS, totals, defined):
                 if name != "nonfinite":
-                    means[prefix + name] = total / stepped if stepped else float("nan")
+                    means[prefix + name] = total / times if times else float("nan")
                 if name == "grad_norm":
                     means[prefix + "grad_norm_max"] = largest
         return means
