@@ -132,14 +132,34 @@ def test_a_torso_acts_and_evaluates_in_evaluation_mode_and_learns_in_training_mo
     trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
     assert trainer.train().finished
     modes = set(user_torsos.NormedTorso.MODES)
-    assert {(False, 1), (True, 5)} <= modes  # acting and evaluation one env at a time; updates on T x N = 5
-    assert modes <= {(False, 1), (False, 2), (True, 5), (True, 6)}  # the torso's check at its build; the bootstrap's T + 1
+    # acting and evaluation one env at a time; the update's (T + 1) x N = 6, its bootstrap row with
+    # them; the average network's T x N = 5, in evaluation mode too
+    assert {(False, 1), (True, 6), (False, 5)} <= modes
+    assert modes <= {(False, 1), (False, 2), (True, 6), (False, 5)}  # and the torso's check at its build
     assert trainer.model.training
     online = dict(trainer.model.named_buffers())
     assert online["torso.module.layer.2.running_mean"].abs().sum() > 0  # the updates moved it
     if pipeline == "overlap":
         for name, buffer in trainer.acting.model.named_buffers():
             assert torch.equal(buffer, online[name])
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_the_average_network_is_a_fixed_function_in_evaluation_mode(tmp_path, pipeline):
+    # It ran in training mode: a user's Dropout drew fresh noise into φ_θa at each update, so the
+    # trust region's KL(π_avg ‖ π) measured noise, and its BatchNorm normalised by the batch.
+    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:NormedTorso", vec_env="sync", device="cpu",
+                                      num_envs=2, nsteps=5, total_timesteps=100, eval_every=0, log_interval=1, threads=1,
+                                      pipeline=pipeline, replay_start=10))
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert trainer.train().finished
+    average = trainer.agent.average_model
+    assert not average.training and trainer.model.training
+    obs = torch.randn(8, 4)
+    assert torch.equal(average.torso(obs), average.torso(obs))  # no dropout noise
+    assert torch.equal(average.torso.module.layer[2].running_mean, trainer.model.torso.module.layer[2].running_mean)
+    resumed = build_trainer(config, env_info("CartPole-v1"), tmp_path, resume=load_checkpoint(tmp_path))
+    assert not resumed.agent.average_model.training
 
 
 @pytest.mark.parametrize("network", ["auto", "lstm"])

@@ -106,7 +106,10 @@ class ACER:
         device = next(model.parameters()).device
         self.average_model = network_from_spec(model.spec()).to(device)
         self.average_model.load_state_dict(model.state_dict())
-        self.average_model.requires_grad_(False)
+        # The average policy φ_θa is a fixed function, as SB3 keeps its target networks: in
+        # evaluation mode a user's Dropout is off and a BatchNorm uses the running statistics that
+        # the Polyak step copies from θ (training mode drew dropout noise into the trust region's KL).
+        self.average_model.requires_grad_(False).eval()
         self.net = NetworkPasses(model, config.precision, device)
         self.average_net = NetworkPasses(self.average_model, config.precision, device)
         self.parameters = list(model.parameters())  # listed once (see PolyakAverage)
