@@ -263,6 +263,21 @@ def test_a_torso_is_shown_each_observation_in_the_envs_own_shape(tmp_path, space
     assert load_checkpoint(resumed)["counters"]["timesteps"] == 120
 
 
+def test_a_torso_run_from_before_the_envs_own_shapes_that_does_not_fit_names_only_what_differs(tmp_path):
+    # Its spec, lacking torso_view, was compared with the new form's for the message: load named
+    # torso_view among the keys that differ ("torso_view None (the env gives {'shape': [2, 3]})").
+    run_dir = acer_sync.train("shaped_envs:ShapedObs-v0", env_kwargs={"space": "dict"}, run_dir=tmp_path / "run",
+                              total_timesteps=80, torso=user_torsos.ShapeTorso, replay_start=40, **SMALL)
+    latest = run_dir / "checkpoints" / "latest.pt"
+    payload = torch.load(latest, weights_only=True)
+    del payload["model_spec"]["torso_view"]
+    payload["config"]["env_kwargs"] = {"space": "box"}  # the env changed since: 6 numbers, not 9
+    torch.save(payload, latest)
+    with pytest.raises(acer_sync.UserError, match="does not fit") as loading:
+        acer_sync.load(run_dir)
+    assert "obs_shape" in str(loading.value) and "torso_view" not in str(loading.value)
+
+
 def test_a_torso_run_from_before_the_envs_own_shapes_keeps_the_frames_it_was_shown(tmp_path):
     # Its spec has no torso_view: the torso was built on the flattened frames, and it loads,
     # plays and resumes so (the new form would build other layers, here a Box (2, 3) and not 6 numbers).

@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space, iterate
 from acer_sync.api.env_callables import callable_is_shared
 from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
-from acer_sync.nets.build import fits_saved_spec, image_rule_hint, model_spec, select_device
+from acer_sync.nets.build import image_rule_hint, in_saved_form, model_spec, select_device
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses
@@ -306,10 +306,10 @@ def check_env_fits(path, payload: dict) -> EnvInfo | None:
         return None
     try:
         info = env_info(str(payload["env_id"]), dict(payload["config"]["env_kwargs"]))
-        expected = model_spec(info, Config(**payload["config"]))
+        expected = in_saved_form(payload["model_spec"], model_spec(info, Config(**payload["config"])))
     except (UserError, TypeError, ValueError):
         return None
-    if not fits_saved_spec(payload["model_spec"], expected):
+    if payload["model_spec"] != expected:
         differing = sorted(key for key in set(expected) | set(payload["model_spec"])
                            if expected.get(key) != payload["model_spec"].get(key))
         shown = "; ".join(f"{key} {payload['model_spec'].get(key)} (the env gives {expected.get(key)})" for key in differing[:3])

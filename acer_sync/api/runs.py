@@ -42,7 +42,7 @@ from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
-from acer_sync.nets.build import build_model, fits_saved_spec, image_rule_hint, model_spec, network_arch, select_device
+from acer_sync.nets.build import build_model, image_rule_hint, in_saved_form, model_spec, network_arch, select_device
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
@@ -409,8 +409,8 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
         check_progress(progress)
     info = env_info(config.env, config.env_kwargs)
     check_config(config, info, resumed=True)
-    expected = model_spec(info, config)
-    if not fits_saved_spec(payload["model_spec"], expected) or payload["env_id"] != config.env:
+    expected = in_saved_form(payload["model_spec"], model_spec(info, config))
+    if payload["model_spec"] != expected or payload["env_id"] != config.env:
         raise UserError(
             f"the checkpoint in {run_dir} was made for {payload['env_id']} with network "
             f"{payload['model_spec']}, not {config.env} with {expected}{image_rule_hint(payload['model_spec'], expected)}"

@@ -93,13 +93,13 @@ def torso_view(info: EnvInfo) -> dict:
     return {"parts": parts}
 
 
-def fits_saved_spec(saved: dict, expected: dict) -> bool:
-    """Whether a checkpoint's network spec is the one ``expected`` (:func:`model_spec`) gives: a
+def in_saved_form(saved: dict, expected: dict) -> dict:
+    """``expected`` (:func:`model_spec`) in the form of a checkpoint's network spec ``saved``: a
     spec of a user's torso written before :func:`torso_view` existed lacks ``torso_view``, and
     its torso is shown the frames as they are (flattened)."""
     if "torso_view" not in saved:
-        expected = {key: value for key, value in expected.items() if key != "torso_view"}
-    return saved == expected
+        return {key: value for key, value in expected.items() if key != "torso_view"}
+    return expected
 
 
 def model_spec(info: EnvInfo, config: Config) -> dict:

@@ -161,7 +161,7 @@ def build_trainer(
 
         with networks_fit():
             # A resume builds the checkpoint's network: the resume checked that it is the one the
-            # config gives (acer_sync.nets.build.fits_saved_spec), or an older spec's form of it.
+            # config gives, or an older spec's form of it (acer_sync.nets.build.in_saved_form).
             model = (network_from_spec(resume["model_spec"]) if resume is not None else build_model(info, config)).to(device)
         fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes,
                                frame_parts=info.frame_layout if info.frame_parts else None)
