@@ -142,12 +142,15 @@ class LifeLossActionsWrapper(gym.Wrapper):
     def step(self, action):
         obs, reward, terminated, truncated, info = self._step(action)
         total = float(reward)
+        started = bool(info.get("episode_start", False))  # a stack within (LifeFrameStack) started at the lost life
         while not (terminated or truncated):
             envs, actions = self.forced.forced()
             if not len(envs):
                 break
             obs, reward, terminated, truncated, info = self._step(int(actions[0]))
             total += float(reward)
+        if "episode_start" in info:
+            info = {**info, "episode_start": started and not (terminated or truncated)}
         return obs, total, terminated, truncated, info
 
     def _step(self, action):

@@ -1,7 +1,9 @@
-"""Frame stacking, masked at episode starts, shared by acting and by the replay buffer."""
+"""Frame stacking, masked at episode starts, shared by acting and by the replay buffer, and one env's
+stack as the Actor keeps it (:class:`LifeFrameStack`, for ``acer_sync.make_env``)."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 
 from atari import parts
@@ -44,3 +46,37 @@ class FrameStacker:
 
         parts.map_parts(shift, self.stacked, frames)
         return self.stacked
+
+
+class LifeFrameStack(gym.Wrapper):
+    """One Atari env whose observations are stacked as the Actor stacks them for training and
+    evaluation: the last ``stack`` frames, zeros before the first, and cleared at a lost life (the
+    game going on), where training's episodes start (``acer_sync.rollout.evaluation.evaluate``).
+    ``info["episode_start"]`` is True on an observation that starts such an episode, as
+    ``episode_start`` in :meth:`Policy.predict <acer_sync.api.policy.Policy.predict>` takes it.
+
+    gymnasium's ``FrameStackObservation`` clears only at ``reset``: after a lost life its stack
+    held frames of the life before, which the policy never saw in training.
+
+    :param env: one env of ``(H, W)`` frames whose ``info`` reports ``lives``.
+    """
+
+    def __init__(self, env: gym.Env, stack: int):
+        super().__init__(env)
+        frame = env.observation_space
+        self.stacker = FrameStacker(1, stack, (frame.shape, frame.dtype))
+        self.observation_space = gym.spaces.Box(0, 255, (stack, *frame.shape), frame.dtype)
+        self.lives = 0
+
+    def reset(self, **kwargs):
+        frame, info = self.env.reset(**kwargs)
+        self.lives = int(info.get("lives", 0))
+        return self.stacker.reset(frame[None])[0].copy(), {**info, "episode_start": True}
+
+    def step(self, action):
+        frame, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        life_lost = lives < self.lives and not (terminated or truncated)  # as EpisodeTracker
+        self.lives = lives
+        stacked = self.stacker.push(frame[None], np.array([life_lost]))[0].copy()
+        return stacked, reward, terminated, truncated, {**info, "episode_start": life_lost}

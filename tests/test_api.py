@@ -321,45 +321,49 @@ def test_predict_takes_one_observation_or_a_batch(runs, network):
         policy.predict(np.zeros((2, 3)))
 
 
-def test_make_env_observations_are_the_actors_stacks_on_atari():
-    # Breakout: a FIRE game with lives, so the life-loss actions are played too. The Actor's side
-    # plays the same preprocessed env through a vector env, as evaluation does.
-    info = env_info("BreakoutNoFrameskip-v4")
+@pytest.mark.parametrize("game, games_to_play", [("BreakoutNoFrameskip-v4", 2), ("MsPacmanNoFrameskip-v4", 1)])
+def test_make_env_observations_are_the_actors_stacks_on_atari(game, games_to_play):
+    # Breakout: a FIRE game with lives, so the life-loss actions are played too. MsPacman: lives
+    # without FIRE, where a stack carried over a lost life showed the policy frames of the life
+    # before for 3 decisions, where training and evaluation clear it. The Actor's side plays the
+    # same preprocessed env through a vector env, and starts its episodes where evaluation does.
+    info = env_info(game)
     vector = VecEnv(info, 1, "sync", noop_max=0)
     actor = Actor(NeverFire(info.n_actions), info, 1, torch.device("cpu"))
-    tracker = EpisodeTracker(1, life_loss_ends_episode=False, clip_rewards=False)
+    tracker = EpisodeTracker(1, life_loss_ends_episode=True, clip_rewards=False)
     lives_lost = 0
 
-    def actor_step() -> tuple[float, bool]:
+    def actor_step() -> tuple[float, bool, bool]:
         nonlocal lives_lost
         actions, _ = actor.act()
         frames, rewards, terminated, truncated, lives = vector.step(actions)
-        _, game_over, _ = tracker.step(rewards, terminated, truncated, lives)
-        actor.observe(frames, game_over, tracker.life_lost, game_over)
+        _, starts, game_over = tracker.step(rewards, terminated, truncated, lives)
+        actor.observe(frames, starts, tracker.life_lost, game_over)
         lives_lost += int(tracker.life_lost[0])
-        return float(rewards[0]), bool(game_over[0])
+        return float(rewards[0]), bool(game_over[0]), bool(tracker.life_lost[0])
 
     frames, lives = vector.reset(seed=3)
     tracker.reset(lives)
     actor.reset(frames)
-    env = acer_sync.make_env("BreakoutNoFrameskip-v4", noop_max=0)
-    obs, _ = env.reset(seed=3)
-    assert obs.shape == (4, 84, 84) == env.observation_space.shape
+    env = acer_sync.make_env(game, noop_max=0)
+    obs, reset_info = env.reset(seed=3)
+    assert obs.shape == (4, 84, 84) == env.observation_space.shape and reset_info["episode_start"]
     np.testing.assert_array_equal(obs, actor.observation[0])
     games = 0
-    while games < 2:
-        obs, reward, terminated, truncated, _ = env.step(0)
-        total, game_over = actor_step()
+    while games < games_to_play:
+        obs, reward, terminated, truncated, step_info = env.step(0)
+        total, game_over, life_lost = actor_step()
         while not game_over and len(actor.life_loss_actions.forced()[0]):  # the Actor plays them step by step
-            step_reward, game_over = actor_step()
+            step_reward, game_over, _ = actor_step()
             total += step_reward
         assert (terminated or truncated) == game_over and reward == total
+        assert step_info["episode_start"] == (life_lost and not game_over)
         if game_over:
             games += 1
             obs, _ = env.reset()
         np.testing.assert_array_equal(obs, actor.observation[0])
     vector.close()
-    assert lives_lost >= 4  # the forced actions after lost lives were played, on both sides
+    assert lives_lost >= 2  # lives were lost, and the stacks compared after them
 
 
 def test_make_env_observations_play_with_predict(runs):

@@ -41,6 +41,7 @@ from atari.envs import (
 )
 from atari.episodes import LifeLossActionsWrapper
 from atari.space_data import space_from_data
+from atari.stacking import LifeFrameStack
 
 #: A recurrent policy's state, as ``Policy.predict`` takes and returns it: ``(h, c)``, ``[n, size]`` each.
 PolicyState = tuple[np.ndarray, ...]
@@ -326,7 +327,9 @@ def make_env(
 
     For Atari ids: the DeepMind preprocessing of training (no-op starts, 4-frame skip with max-pool,
     FIRE at reset, 84×84 grayscale), a stack of the last 4 frames ``[4, 84, 84]`` with zeros before
-    the episode's first frame, and, in games that need FIRE, the actions Baselines plays after each
+    the first frame of the game or of a new life (as training's episodes start, and evaluation's
+    stack; ``info["episode_start"]`` marks such an observation, for a recurrent policy's
+    ``episode_start``), and, in games that need FIRE, the actions Baselines plays after each
     lost life (no-op, FIRE, action 2) played inside ``step`` (rewards summed), as evaluation and
     ``play.py`` play them. Episodes are full games, as in evaluation; rewards are raw. Any other
     id is ``gym.make(env_id)``, its observations flattened as training flattens them.
@@ -346,5 +349,5 @@ def make_env(
     if resolve_spec(env_id).entry_point != ATARI_ENTRY_POINT:
         return env
     forced = baselines_life_loss_actions(env.unwrapped.get_action_meanings())
-    env = gym.wrappers.FrameStackObservation(env, ATARI_STACK, padding_type="zero")
+    env = LifeFrameStack(env, ATARI_STACK)
     return LifeLossActionsWrapper(env, forced) if forced else env
