@@ -272,6 +272,22 @@ def test_a_full_disk_leaves_the_previous_checkpoint_and_no_partial_file(tmp_path
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_checkpoints_and_config_json_get_the_mode_the_umask_gives(tmp_path, umask):
+    # mkstemp creates its files 0600: config.json and every checkpoint were unreadable to a
+    # teammate's play.py in a shared folder, where progress.csv and tb/ (written by open) were not.
+    before = os.umask(umask)
+    try:
+        run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, num_envs=2, vec_env="sync",
+                                  device="cpu", eval_every=0, threads=1, verbose=0, checkpoint_every=20)
+    finally:
+        os.umask(before)
+    expected = 0o666 & ~umask
+    written = [run_dir / "config.json", *sorted((run_dir / "checkpoints").glob("*.pt"))]
+    assert len(written) >= 3 and {path.name: path.stat().st_mode & 0o777 for path in written} == {path.name: expected for path in written}
+    assert (run_dir / "progress.csv").stat().st_mode & 0o777 == expected
+
+
 def test_graceful_stop_turns_the_first_signal_into_a_flag_and_the_second_sigint_into_an_exit():
     from acer_sync.training.signals import GracefulStop
 

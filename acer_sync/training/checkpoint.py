@@ -55,14 +55,32 @@ BEST = "best.pt"
 BUFFER_FILE = "buffer.npz"
 
 
+def current_umask() -> int:
+    """The process's umask, read from /proc (setting it to read it back, elsewhere, would race
+    with a thread creating a file meanwhile: the collecting thread of ``--pipeline overlap``)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
-    A crash at any moment leaves either the old file or the new one, never a partial file.
+    A crash at any moment leaves either the old file or the new one, never a partial file. The file
+    gets the mode ``open`` would give it (0o666 less the umask), not ``mkstemp``'s 0o600, so a
+    teammate's ``play.py`` reads a checkpoint in a shared folder as it reads ``progress.csv``.
     """
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
