@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import logging
 import os
 import signal
 import threading
@@ -38,6 +39,10 @@ from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
 from atari import parts
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
+
+#: Where a failed close is reported: a child of the library's logger (``acer_sync.base.log``), so
+#: a run shows it as its other warnings, without this package importing the library.
+CLOSE_LOG = logging.getLogger("acer_sync.envs")
 
 BACKENDS = ("ale", "subproc", "sync")
 #: ale-py's vector env refuses a reset seed of 2**31 - 1 or more (a TypeError from its binding).
@@ -195,7 +200,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         own_space = getattr(env, "raw_observation_space", None)
         action_meanings = env.unwrapped.get_action_meanings() if atari else user_action_names(env)
     finally:
-        env.close()
+        close_probe(env, env_id)
     continuous = isinstance(action_space, gym.spaces.Box)
     if continuous and (len(action_space.shape) != 1 or not np.all(np.isfinite(action_space.low))
                        or not np.all(np.isfinite(action_space.high))):
@@ -539,7 +544,10 @@ def _subproc_worker(*worker_args) -> None:
         except (EOFError, OSError):
             pass
         return
-    _async_worker(index, lambda: env, *worker_args[2:])
+    try:
+        _async_worker(index, lambda: env, *worker_args[2:])
+    except Exception as error:  # noqa: BLE001 - the env's close, in the worker loop's finally: reported by VecEnv.close
+        error_queue.put((index, type(error), error, traceback.format_exc()))
 
 
 #: The VecEnv whose step or reset is running now (in the main thread), for :func:`end_env_calls_within`.
@@ -627,9 +635,17 @@ def _gym_logger_quiet(quiet: bool = True):
         gym.logger.min_level = level
 
 
-def _env_raised(env_id: str, error: Exception, when: str) -> EnvFailed:
+def close_probe(env: gym.Env, env_id: str) -> None:
+    """Close an env built to read its spaces; one whose close raises is a warning, as at a run's end."""
+    try:
+        env.close()
+    except Exception as error:  # noqa: BLE001 - the env's own code
+        CLOSE_LOG.warning(f"{_env_raised(env_id, error, 'in close')}; it was left open")
+
+
+def _env_raised(env_id: str, error: BaseException, when: str) -> EnvFailed:
     """An env's own exception as this module's error, in one line: "ENV raised TYPE WHEN: its first line"."""
-    text = str(error).strip()
+    text = f"exit code {error.code!r}" if isinstance(error, SystemExit) else str(error).strip()
     return EnvFailed(f"{env_id} raised {type(error).__name__} {when}" + (f": {text.splitlines()[0]}" if text else ""))
 
 
@@ -777,7 +793,7 @@ class VecEnv:
         except (EnvFailed, UserError, KeyboardInterrupt):  # a Ctrl-C cut the call short: no worker will answer it
             self.broken = True
             raise
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # an env's sys.exit() would end the run, or the user's program, in silence
             self.broken = True
             raise _env_raised(self.info.env_id, error, f"in {what}") from error
         finally:
@@ -861,8 +877,9 @@ class VecEnv:
         return envs[0]
 
     def render(self) -> np.ndarray:
-        """The RGB frame of env 0 (needs ``render_mode='rgb_array'`` and the ``sync`` backend)."""
-        return self.first_env().render()
+        """The RGB frame of env 0 (needs ``render_mode='rgb_array'`` and the ``sync`` backend), a
+        call like a step: under the timeout, its faults this module's errors."""
+        return self._call("render", self.first_env().render)
 
     def abort(self) -> None:
         """Close the envs without waiting on a call that may never be answered (a run that could not start)."""
@@ -871,25 +888,40 @@ class VecEnv:
 
     def close(self) -> None:
         """Close the envs; after a call failed part-way (a worker died, an env raised or hung),
-        terminate the workers instead of waiting on them, and ignore what a broken env raises."""
-        if self._alarm:
-            self._alarm = False
-            _release_alarm()
+        terminate the workers instead of waiting on them, and ignore what a broken env raises.
+        A close is best effort, called once the run's work is saved: one that raises or passes
+        the timeout is a warning (logger ``acer_sync.envs``), and the workers are terminated."""
         processes = getattr(self.env, "processes", [])
-        if not (self.broken or any(p.exitcode is not None for p in processes)):
-            self.env.close()
-            return
+        try:
+            healthy = not (self.broken or any(p.exitcode is not None for p in processes))
+            if healthy or not processes:
+                try:
+                    self._call("close", self.env.close)
+                    if processes and not self.env.error_queue.empty():  # a worker's env raised in its close, then exited
+                        error = self.env.error_queue.get()[2]
+                        CLOSE_LOG.warning(f"{_env_raised(self.info.env_id, error, 'in close')}; its worker process ended")
+                    return
+                except EnvFailed as failure:
+                    if healthy:  # a broken env's close may fail too: its first failure is the one reported
+                        CLOSE_LOG.warning(f"{failure}; " + ("its worker processes were terminated" if processes else "it was left open"))
+                    if not processes:
+                        return  # calling a sync env's close again could hang again
+            self._terminate(processes)
+        finally:
+            if self._alarm:
+                self._alarm = False
+                _release_alarm()
+
+    def _terminate(self, processes: list) -> None:
+        """End the worker processes without waiting on a call that may never be answered."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # gymnasium warns about the step a dead worker never answered
             try:
-                if processes:
-                    # The call that failed will never be answered: not waiting for it is what
-                    # gymnasium itself does after a worker's error (AsyncState.DEFAULT), and
-                    # closing would otherwise read the dead worker's pipe and raise again.
-                    self.env._state = AsyncState.DEFAULT
-                    self.env.close(terminate=True)
-                else:
-                    self.env.close()
+                # The call that failed will never be answered: not waiting for it is what
+                # gymnasium itself does after a worker's error (AsyncState.DEFAULT), and
+                # closing would otherwise read the dead worker's pipe and raise again.
+                self.env._state = AsyncState.DEFAULT
+                self.env.close(terminate=True)
             except Exception:  # noqa: BLE001 - the env already failed, and that failure is being reported
                 pass
 

@@ -6,7 +6,13 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 * ``hang``: sleeps for an hour;
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
-  the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it).
+  the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it);
+* ``exit``: calls ``sys.exit(0)``.
+
+In an env made with a ``render_mode`` (``--capture-video``'s), from its step ``at_step`` on:
+``render_raise`` raises ``RuntimeError("GL context lost")`` in ``render``, ``render_hang`` sleeps
+for an hour there. In every env: ``close_raise`` raises ``RuntimeError("port busy")`` in
+``close``, ``close_hang`` sleeps for an hour there.
 
 At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made;
 ``raise_at_reset`` raises ``RuntimeError("sensor cable unplugged")`` and ``hang_at_reset`` sleeps for
@@ -20,6 +26,7 @@ faulty_envs:FaultyCartPole-v0 --env-kwargs fault=raise at_step=50`` (with ``test
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 
 import gymnasium as gym
@@ -30,10 +37,10 @@ _instances = itertools.count()
 
 
 class FaultyCartPole(gym.Wrapper):
-    def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0):
-        super().__init__(gym.make("CartPole-v1"))
+    def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
+        super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut"):
+                         "seven_obs", "seven_at_cut", "exit", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -56,6 +63,8 @@ class FaultyCartPole(gym.Wrapper):
                 raise RuntimeError("sensor cable unplugged")
             if self.fault == "hang":
                 time.sleep(3600)
+            if self.fault == "exit":
+                sys.exit(0)
             if self.fault == "slow":
                 time.sleep(0.1)
             if self.fault in ("seven_obs", "seven_at_cut") and self.steps == self.at_step:
@@ -68,6 +77,21 @@ class FaultyCartPole(gym.Wrapper):
             if self.fault == "nan_reward":
                 reward = float("nan")
         return obs, reward, terminated, truncated, info
+
+    def render(self):
+        if self.faulty and self.render_mode is not None and self.steps >= self.at_step:
+            if self.fault == "render_raise":
+                raise RuntimeError("GL context lost")
+            if self.fault == "render_hang":
+                time.sleep(3600)
+        return self.env.render()
+
+    def close(self):
+        if self.faulty and self.fault == "close_raise":
+            raise RuntimeError("port busy")
+        if self.faulty and self.fault == "close_hang":
+            time.sleep(3600)
+        self.env.close()
 
 
 if ENV_ID not in gym.registry:

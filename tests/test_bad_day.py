@@ -8,6 +8,7 @@ import errno
 import hashlib
 import io
 import json
+import logging
 import multiprocessing
 import os
 import pickle
@@ -285,6 +286,57 @@ def test_an_evaluation_env_that_raises_stops_the_run_the_same_way(tmp_path):
     assert outcome.stop is Stop.ENV_FAILED
     assert outcome.error == f"{faulty_envs.ENV_ID} raised RuntimeError in step: sensor cable unplugged; saved a checkpoint at step 80"
     assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 80
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_an_env_that_calls_sys_exit_stops_with_a_checkpoint_as_one_that_raises(tmp_path, pipeline):
+    # Its SystemExit passed every handler: the run ended with exit 0, no line and no checkpoint,
+    # and through the API it ended the user's program.
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "exit", "at_step": 130},
+                               total_timesteps=100_000, pipeline=pipeline)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED
+    assert outcome.error == f"{faulty_envs.ENV_ID} raised SystemExit in step: exit code 0; saved a checkpoint at step 240"
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 240
+
+
+@pytest.mark.parametrize("fault, stop, message", [
+    ("render_raise", Stop.ENV_FAILED, " raised RuntimeError in render: GL context lost"),
+    ("render_hang", Stop.ENV_TIMEOUT, "'s render did not return within --env-timeout 1 s"),
+])
+def test_a_video_env_whose_render_fails_or_hangs_stops_the_run_as_a_step_would(tmp_path, fault, stop, message):
+    # A render that raised was a UserError (exit 2, "install an EGL driver", the env's own words
+    # dropped) with no final checkpoint; one that hung was under no --env-timeout, and no signal ended it.
+    faulty_envs._instances = iter(range(10**6))
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": fault, "at_step": 3},
+                               total_timesteps=100_000, eval_every=80, eval_episodes=2, capture_video=True, env_timeout=1)
+    started = time.monotonic()
+    outcome = trainer.train()
+    assert time.monotonic() - started < 60
+    assert outcome.stop is stop and outcome.error == f"{faulty_envs.ENV_ID}{message}; saved a checkpoint at step 80"
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 80
+    assert not list((tmp_path / "videos").iterdir())  # no half video
+
+
+@pytest.mark.parametrize("fault, said", [("close_raise", " raised RuntimeError in close: port busy"),
+                                         ("close_hang", "'s close did not return within --env-timeout 1 s")])
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_an_env_whose_close_fails_or_hangs_leaves_a_finished_run_finished_with_a_warning(tmp_path, caplog, backend, fault, said):
+    # A close that raised turned a finished run into a traceback and exit 1; one that hung kept
+    # the finished run alive for ever.
+    # Instance 0, env_info's probe of the spaces, closes well, and so does subproc's 1, which
+    # gymnasium makes and closes in this process to read them again (the workers fork after it).
+    faulty_envs._instances = iter(range(10**6))
+    first_faulty = {"sync": 1, "subproc": 2}[backend]
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": fault, "from_instance": first_faulty},
+                               vec_env=backend, total_timesteps=80, env_timeout=1)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="acer_sync"):
+        outcome = trainer.train()
+    assert time.monotonic() - started < 30
+    assert outcome.stop is Stop.FINISHED and load_checkpoint(tmp_path)["counters"]["timesteps"] == 80
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert f"{faulty_envs.ENV_ID}{said}" in warnings[-1], warnings
 
 
 @pytest.mark.parametrize("backend", ["sync", "subproc"])

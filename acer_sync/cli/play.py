@@ -28,7 +28,7 @@ from acer_sync.base.config import MAX_SEED
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout.evaluation import EnvStep, evaluate
-from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, render_headless, video_env
+from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, check_renders, render_headless, video_env
 from atari.envs import EnvInfo, VecEnv, choose_backend, env_info
 
 
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     model, device = policy.model, policy.device
 
     if args.video is not None:
+        check_renders(info)  # a missing package or no headless OpenGL, in one line with what to install
         env = video_env(info)
     else:
         try:

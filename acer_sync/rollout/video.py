@@ -17,6 +17,7 @@ import numpy as np
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.rollout.evaluation import EnvStep
 from atari.envs import EnvInfo, VecEnv
+from atari.errors import EnvFailed
 
 VIDEO_FPS = 30
 #: MuJoCo's headless OpenGL backend, unless MUJOCO_GL is already set: EGL (a GPU driver, or Mesa's),
@@ -39,10 +40,11 @@ def render_headless() -> None:
         os.environ.setdefault(name, value)
 
 
-def video_env(info: EnvInfo) -> VecEnv:
-    """One env of ``info`` that renders RGB frames, filmed as :func:`follow_the_agent` says."""
+def video_env(info: EnvInfo, timeout: float = 0.0) -> VecEnv:
+    """One env of ``info`` that renders RGB frames, filmed as :func:`follow_the_agent` says; its
+    steps, resets and renders each under ``timeout`` seconds (a run's ``--env-timeout``; 0: none)."""
     try:
-        env = VecEnv(info, 1, "sync", render_mode="rgb_array")
+        env = VecEnv(info, 1, "sync", render_mode="rgb_array", timeout=timeout)
     except gym.error.DependencyNotInstalled as error:
         raise UserError(f"rendering {info.env_id} needs a missing package: {_first_line(error)}") from None
     follow_the_agent(env)
@@ -57,23 +59,25 @@ def check_renders(info: EnvInfo) -> None:
     try:
         env.reset(seed=0)
         render(env)
+    except EnvFailed as failure:  # each GL backend fails in its own way (EGLError, FatalError, ...)
+        raise UserError(
+            f"cannot render {info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
+            f"({failure}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
+        ) from None
     finally:
         env.close()
 
 
 def render(env: VecEnv) -> np.ndarray:
-    """The RGB frame of env 0, or a one-line UserError where it cannot render."""
+    """The RGB frame of env 0. A missing package is a one-line UserError; any other failure, or a
+    render past the env's timeout, is the env's (:class:`~atari.errors.EnvFailed`), as a step's:
+    a run stops with the checkpoint of its last iteration (:func:`check_renders` tried it first)."""
     try:
         return np.asarray(env.render())
-    except gym.error.DependencyNotInstalled as error:
-        raise UserError(f"rendering {env.info.env_id} needs a missing package: {_first_line(error)}") from None
-    except UserError:
+    except EnvFailed as failure:
+        if isinstance(failure.__cause__, gym.error.DependencyNotInstalled):
+            raise UserError(f"rendering {env.info.env_id} needs a missing package: {_first_line(failure.__cause__)}") from None
         raise
-    except Exception as error:  # each GL backend fails in its own way (EGLError, FatalError, ...)
-        raise UserError(
-            f"cannot render {env.info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
-            f"({type(error).__name__}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
-        ) from None
 
 
 def follow_the_agent(env: VecEnv) -> None:

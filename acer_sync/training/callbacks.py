@@ -447,7 +447,7 @@ class EvalCallback(Callback):
         """One game played as the evaluation plays them, recorded to ``videos/step_<N>.mp4``; None
         where a stop came during it (the game ends there, and no video is kept)."""
         if self.video_env is None:
-            self.video_env = video_env(trainer.info)
+            self.video_env = video_env(trainer.info, self.config.env_timeout)
         try:
             self.videos_dir.mkdir(exist_ok=True)
         except OSError as error:
