@@ -41,9 +41,12 @@ class RMSpropTF(torch.optim.Optimizer):
         """:meth:`step` without a host read: ``lr`` is a tensor on the parameters' device, and where
         the bool tensor ``finite`` is False every parameter and its v keep their values (a skipped
         step). The arithmetic is :meth:`step`'s, θ + (−lr·g)/√(v + ε), so a finite step gives the
-        same bits. Needs :meth:`init_state` first; every parameter must have a gradient."""
+        same bits. Needs :meth:`init_state` first. A parameter without a gradient (frozen, as a
+        pretrained layer of a user's torso) is left alone, as :meth:`step` leaves it."""
         for group in self.param_groups:
-            params = group["params"]
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
             grads = [p.grad for p in params]
             square_avgs = [self.state[p]["square_avg"] for p in params]
             new_square_avgs = torch._foreach_mul(square_avgs, group["alpha"])

@@ -257,9 +257,10 @@ class PolyakAverage:
     @torch.no_grad()
     def update(self, alpha: float, finite: torch.Tensor | None = None) -> None:
         """One step; with ``finite`` (a bool tensor), a step without a host read that leaves the
-        average as it is where ``finite`` is False (the update it follows was skipped)."""
+        average, its buffers too, as it is where ``finite`` is False (the update it follows was
+        skipped), as the eager path, which makes no step then, leaves it."""
         for average_buffer, online_buffer in zip(read_slots(self.average_slots), read_slots(self.online_slots)):
-            average_buffer.copy_(online_buffer)
+            average_buffer.copy_(online_buffer if finite is None else torch.where(finite, online_buffer, average_buffer))
         if finite is None:
             torch._foreach_mul_(self.average_params, alpha)
             torch._foreach_add_(self.average_params, self.online_params, alpha=1.0 - alpha)

@@ -113,6 +113,9 @@ class ACER:
         self.net = NetworkPasses(model, config.precision, device)
         self.average_net = NetworkPasses(self.average_model, config.precision, device)
         self.parameters = list(model.parameters())  # listed once (see PolyakAverage)
+        #: Those that learn: a user's frozen layer gets no gradient, and a compiled update that
+        #: set a frozen parameter's ``grad`` failed at its second call ("a gradient of size [1]").
+        self.trainable = [parameter for parameter in self.parameters if parameter.requires_grad]
         self.bounded = model.parameter_bounds()  # projected back into their bounds after each step
         self.optimizer = RMSpropTF(self.parameters, lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.optimizer.init_state()
@@ -128,8 +131,14 @@ class ACER:
         self.compiled = compiled
         self._update = self._update_eager
         if compiled:
+            # Inductor draws a Gaussian update's samples from a generator of its own, so a compiled
+            # run followed another trajectory than the eager run of its seed; fallback_random draws
+            # them with torch's, as eager does. The CUDA graph mode keeps Inductor's (its mode
+            # and options exclude each other, and the graph replays its own draws).
+            graph = self.compile_mode == "graph"
             self._update = torch.compile(
-                self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.compile_mode == "graph" else None,
+                self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if graph else None,
+                options=None if graph else {"fallback_random": True},
             )
         if self.compile_mode == "graph":
             self.mark_static_inputs()
@@ -323,10 +332,10 @@ class ACER:
         loss_policy_surrogate = -(terms.stats * z).sum() / (T * N)
         loss = loss_policy_surrogate + cfg.q_coef * terms.loss_critic
 
-        for parameter in self.parameters:  # the optimizer's zero_grad(set_to_none=True), which Dynamo does not trace
+        for parameter in self.trainable:  # the optimizer's zero_grad(set_to_none=True), which Dynamo does not trace
             parameter.grad = None
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
+        grad_norm = nn.utils.clip_grad_norm_(self.trainable, cfg.max_grad_norm)
         finite = torch.isfinite(grad_norm) & torch.isfinite(loss)
         if self.sync_free:
             self.optimizer.step_masked(finite, self.lr)
