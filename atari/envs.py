@@ -813,6 +813,16 @@ class VecEnv:
         if self._calling:
             raise EnvTimedOut(f"{self.info.env_id}'s {self._calling} {self.expiry_reason}")
 
+    def _rewards_in_range(self, rewards: np.ndarray) -> np.ndarray:
+        """The rewards as float32; an :class:`EnvFailed` for a finite one beyond float32's range,
+        which the cast would make infinite (and report as the env's inf, with numpy's warning)."""
+        beyond = np.isfinite(rewards) & (np.abs(rewards) > np.finfo(np.float32).max)
+        if beyond.any():
+            index = int(np.flatnonzero(beyond)[0])
+            raise EnvFailed(f"env {index} of {self.info.env_id} returned a reward of {rewards[index]:g} at its vector step "
+                            f"{self.steps}, beyond float32's range (±3.4e38): scale the env's rewards")
+        return rewards.astype(np.float32)
+
     def _check_finite(self, frames, rewards: np.ndarray | None) -> None:
         """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or observation."""
         observations = [part for part in parts.parts_of(frames) if part.dtype.kind == "f"]
@@ -856,7 +866,8 @@ class VecEnv:
         action_dtype = np.float32 if self.info.continuous else np.int64
         obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=action_dtype))
         self.steps += 1
-        frames, rewards = self._frames(obs), np.asarray(rewards, dtype=np.float32)
+        frames = self._frames(obs)
+        rewards = self._rewards_in_range(np.asarray(rewards, dtype=np.float64))
         self._check_finite(frames, rewards)
         self._record_final(info, np.logical_or(terminated, truncated))
         if self._float_frames and self.final_mask.any():

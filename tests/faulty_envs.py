@@ -2,7 +2,8 @@
 step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 
 * ``raise``: raises ``RuntimeError("sensor cable unplugged")``;
-* ``nan_obs`` / ``nan_reward``: returns a NaN in its observation / its reward;
+* ``nan_obs`` / ``nan_reward``: returns a NaN in its observation / its reward; ``big_reward``: a
+  reward of 1e39, finite but beyond float32's range;
 * ``hang``: sleeps for an hour;
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
@@ -40,7 +41,7 @@ class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "exit", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "exit", "big_reward", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -76,6 +77,8 @@ class FaultyCartPole(gym.Wrapper):
                 obs[2] = np.nan
             if self.fault == "nan_reward":
                 reward = float("nan")
+            if self.fault == "big_reward":
+                reward = 1e39
         return obs, reward, terminated, truncated, info
 
     def render(self):

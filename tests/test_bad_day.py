@@ -276,6 +276,18 @@ def test_a_non_finite_observation_or_reward_stops_with_a_checkpoint_naming_env_a
     assert all(torch.isfinite(t).all() for t in payload["model"].values())
 
 
+def test_a_finite_reward_beyond_float32_is_named_as_it_is_not_as_an_infinity(tmp_path, recwarn):
+    # The cast to float32 made 1e39 infinite, with numpy's overflow warning, and the env was said
+    # to have returned a non-finite reward (inf).
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "big_reward", "at_step": 130},
+                               total_timesteps=100_000)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED
+    assert outcome.error == (f"env 0 of {faulty_envs.ENV_ID} returned a reward of 1e+39 at its vector step 130, beyond "
+                             "float32's range (±3.4e38): scale the env's rewards; saved a checkpoint at step 240")
+    assert not [warning for warning in recwarn if "overflow" in str(warning.message)]
+
+
 def test_an_evaluation_env_that_raises_stops_the_run_the_same_way(tmp_path):
     # env_info reads the spaces from instance 0, and the sync backend makes the 2 training envs
     # next: the instances from 3 on are the evaluation's.
