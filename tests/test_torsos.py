@@ -144,15 +144,21 @@ def test_a_torso_acts_and_evaluates_in_evaluation_mode_and_learns_in_training_mo
             assert torch.equal(buffer, online[name])
 
 
+def trained_with_torso(tmp_path, torso: str, pipeline: str):
+    """A finished 100-step CartPole run of the user torso ``torso`` (``user_torsos:Class``) in ``pipeline`` mode."""
+    config = build_config(False, dict(env="CartPole-v1", torso=torso, vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=100, eval_every=0, log_interval=1, threads=1, pipeline=pipeline,
+                                      replay_start=10))
+    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
+    assert trainer.train().finished
+    return config, trainer
+
+
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])
 def test_the_average_network_is_a_fixed_function_in_evaluation_mode(tmp_path, pipeline):
     # It ran in training mode: a user's Dropout drew fresh noise into φ_θa at each update, so the
     # trust region's KL(π_avg ‖ π) measured noise, and its BatchNorm normalised by the batch.
-    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:NormedTorso", vec_env="sync", device="cpu",
-                                      num_envs=2, nsteps=5, total_timesteps=100, eval_every=0, log_interval=1, threads=1,
-                                      pipeline=pipeline, replay_start=10))
-    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
-    assert trainer.train().finished
+    config, trainer = trained_with_torso(tmp_path, "user_torsos:NormedTorso", pipeline)
     average = trainer.agent.average_model
     assert not average.training and trainer.model.training
     obs = torch.randn(8, 4)
@@ -175,11 +181,7 @@ def test_a_torso_returning_float64_trains_with_either_memory(tmp_path, network):
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])
 def test_a_buffer_the_torso_does_not_save_reaches_the_acting_copy_and_the_average_network(tmp_path, pipeline):
     # Every unsaved buffer was taken for a constant of the spec (as the Gaussian head's Box centre)
-    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:UnsavedStateTorso", vec_env="sync",
-                                      device="cpu", num_envs=2, nsteps=5, total_timesteps=100, eval_every=0,
-                                      log_interval=1, threads=1, pipeline=pipeline, replay_start=10))
-    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
-    assert trainer.train().finished
+    _, trainer = trained_with_torso(tmp_path, "user_torsos:UnsavedStateTorso", pipeline)
     online = trainer.model.torso.module.running_max
     assert online > 0
     assert torch.equal(trainer.agent.average_model.torso.module.running_max, online)
@@ -191,11 +193,7 @@ def test_a_buffer_the_torso_does_not_save_reaches_the_acting_copy_and_the_averag
 def test_a_buffer_the_torso_rebinds_reaches_the_acting_copy_and_the_average_network(tmp_path, pipeline):
     # ActingCopy and PolyakAverage listed the buffer tensors once: a torso that rebinds its buffer
     # (self.mean = ...) left the acting copy, and the average network, on the first tensor.
-    config = build_config(False, dict(env="CartPole-v1", torso="user_torsos:RebindingTorso", vec_env="sync", device="cpu",
-                                      num_envs=2, nsteps=5, total_timesteps=100, eval_every=0, log_interval=1, threads=1,
-                                      pipeline=pipeline, replay_start=10))
-    trainer = build_trainer(config, env_info("CartPole-v1"), tmp_path, progress_bar=False)
-    assert trainer.train().finished
+    _, trainer = trained_with_torso(tmp_path, "user_torsos:RebindingTorso", pipeline)
     online = trainer.model.torso.module.mean
     assert online.abs().sum() > 0  # the updates moved it
     assert torch.equal(trainer.agent.average_model.torso.module.mean, online)
