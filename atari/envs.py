@@ -823,13 +823,17 @@ class VecEnv:
                             f"{self.steps}, beyond float32's range (±3.4e38): scale the env's rewards")
         return rewards.astype(np.float32)
 
-    def _check_finite(self, frames, rewards: np.ndarray | None) -> None:
-        """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or observation."""
-        observations = [part for part in parts.parts_of(frames) if part.dtype.kind == "f"]
+    def _check_finite(self, frames, rewards: np.ndarray | None, rows: np.ndarray | None = None,
+                      what: str = "observation") -> None:
+        """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or
+        observation (``what``), of the envs where ``rows`` (all where None)."""
+        observations = [part.reshape(self.num_envs, -1) for part in parts.parts_of(frames) if part.dtype.kind == "f"]
+        if rows is not None:
+            observations = [np.where(rows[:, None], part, 0) for part in observations]
         if (rewards is None or np.isfinite(rewards).all()) and all(np.isfinite(part).all() for part in observations):
             return
         checks = [("reward", rewards)] if rewards is not None else []
-        checks += [("observation", part.reshape(self.num_envs, -1)) for part in observations]
+        checks += [(what, part) for part in observations]
         for what, values in checks:
             finite = np.isfinite(values)
             if not finite.all():
@@ -870,8 +874,11 @@ class VecEnv:
         rewards = self._rewards_in_range(np.asarray(rewards, dtype=np.float64))
         self._check_finite(frames, rewards)
         self._record_final(info, np.logical_or(terminated, truncated))
-        if self._float_frames and self.final_mask.any():
-            self._check_finite(self.final_frames, None)
+        # Only a cut episode's final observation is read (its V bootstraps Q^ret); a terminal one
+        # never is, and an env may end an episode because its state diverged (MuJoCo's is_healthy).
+        cut = self.final_mask & np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)
+        if self._float_frames and cut.any():
+            self._check_finite(self.final_frames, None, cut, "final observation at a time-limit cut")
         return (
             frames,
             rewards,

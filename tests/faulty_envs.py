@@ -8,7 +8,9 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
   the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it);
-* ``exit``: calls ``sys.exit(0)``.
+* ``exit``: calls ``sys.exit(0)``;
+* ``nan_terminal`` / ``nan_at_cut``: returns a NaN observation and ends the episode there, once,
+  as terminated (a state that diverged) / as truncated (a time limit).
 
 In an env made with a ``render_mode`` (``--capture-video``'s), from its step ``at_step`` on:
 ``render_raise`` raises ``RuntimeError("GL context lost")`` in ``render``, ``render_hang`` sleeps
@@ -41,7 +43,7 @@ class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "exit", "big_reward", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -72,6 +74,10 @@ class FaultyCartPole(gym.Wrapper):
                 obs = np.array(obs, dtype=np.float32)
                 obs[0] = 7.0
                 truncated = truncated or (self.fault == "seven_at_cut" and not terminated)
+            if self.fault in ("nan_terminal", "nan_at_cut") and self.steps == self.at_step:
+                obs = np.array(obs, dtype=np.float32)
+                obs[2] = np.nan
+                terminated, truncated = self.fault == "nan_terminal", self.fault == "nan_at_cut"
             if self.fault == "nan_obs":
                 obs = np.array(obs, dtype=np.float32)
                 obs[2] = np.nan

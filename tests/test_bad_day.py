@@ -276,6 +276,20 @@ def test_a_non_finite_observation_or_reward_stops_with_a_checkpoint_naming_env_a
     assert all(torch.isfinite(t).all() for t in payload["model"].values())
 
 
+@pytest.mark.parametrize("fault", ["nan_terminal", "nan_at_cut"])
+def test_a_non_finite_final_observation_stops_the_run_only_where_it_would_be_bootstrapped(tmp_path, fault):
+    # An env may end an episode because its state diverged (as MuJoCo's is_healthy does), its
+    # terminal observation NaN: nothing reads it, but the run stopped as if the env had failed.
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": fault, "at_step": 7}, total_timesteps=200)
+    outcome = trainer.train()
+    if fault == "nan_terminal":
+        assert outcome.stop is Stop.FINISHED and trainer.tracker.episodes > 0
+    else:  # a cut: its V(final observation) would bootstrap Q^ret
+        assert outcome.stop is Stop.ENV_FAILED
+        assert outcome.error == (f"env 0 of {faulty_envs.ENV_ID} returned a non-finite final observation at a time-limit cut "
+                                 "(nan) at its vector step 7; saved a checkpoint at step 0")
+
+
 def test_a_finite_reward_beyond_float32_is_named_as_it_is_not_as_an_infinity(tmp_path, recwarn):
     # The cast to float32 made 1e39 infinite, with numpy's overflow warning, and the env was said
     # to have returned a non-finite reward (inf).
