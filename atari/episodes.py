@@ -35,6 +35,18 @@ class EpisodeTracker:
         self.finished: list[tuple[int, float]] = []  # (env, raw return) of games ended by the last step
         self.life_lost = np.zeros(num_envs, dtype=bool)  # envs whose last step lost a life, the game going on
 
+    def counted(self) -> tuple[int, tuple[float, ...], tuple[int, ...]]:
+        """The finished games as a checkpoint keeps them (their count and the recent ones), for :meth:`uncount_since`."""
+        return self.episodes, tuple(self.recent_returns), tuple(self.recent_lengths)
+
+    def uncount_since(self, counted: tuple[int, tuple[float, ...], tuple[int, ...]]) -> None:
+        """Forget the games finished since :meth:`counted` gave ``counted`` (steps a run drops)."""
+        self.episodes = counted[0]
+        self.recent_returns.clear()
+        self.recent_returns.extend(counted[1])
+        self.recent_lengths.clear()
+        self.recent_lengths.extend(counted[2])
+
     def reset(self, lives: np.ndarray) -> None:
         self.lives = np.asarray(lives, dtype=np.int64).copy()
         self.running_return[:] = 0.0

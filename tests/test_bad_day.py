@@ -290,6 +290,31 @@ def test_a_non_finite_final_observation_stops_the_run_only_where_it_would_be_boo
                                  "(nan) at its vector step 7; saved a checkpoint at step 0")
 
 
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_the_checkpoint_after_an_env_fault_holds_no_games_or_statistics_of_the_steps_it_drops(tmp_path, pipeline):
+    # The checkpoint of the last completed iteration kept the games that ended in the broken one
+    # (11 against 6) and the normalizer's statistics of its steps (380 observations at step 200),
+    # which the resume plays again.
+    from acer_sync.training.callbacks import Callback
+
+    class Completed(Callback):
+        def on_rollout_end(self, trainer, row):
+            self.seen = (trainer.tracker.episodes, list(trainer.tracker.recent_returns),
+                         trainer.model.normalizer.count.item())
+
+    completed = Completed()
+    config = build_config(False, {**SMALL, "env": faulty_envs.ENV_ID, "env_kwargs": {"fault": "raise", "at_step": 190},
+                                  "nsteps": 100, "total_timesteps": 100_000, "normalize_obs": True, "pipeline": pipeline})
+    trainer = build_trainer(config, env_info(config.env, config.env_kwargs), tmp_path, callbacks=[completed])
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED
+    payload = load_checkpoint(tmp_path)
+    episodes, returns, count = completed.seen
+    assert payload["counters"]["episodes"] == episodes and payload["recent_returns"] == returns
+    assert payload["model"]["normalizer.count"].item() == count
+    assert trainer.tracker.episodes == episodes and returns  # the tracker itself is put back; games had ended before
+
+
 def test_a_finite_reward_beyond_float32_is_named_as_it_is_not_as_an_infinity(tmp_path, recwarn):
     # The cast to float32 made 1e39 infinite, with numpy's overflow warning, and the env was said
     # to have returned a non-finite reward (inf).

@@ -123,6 +123,7 @@ class Trainer:
             self.acting.exchange()
             self.pending_update = True
             return
+        mark = self._collection_mark()
         self.collector.start()
         self.learn()
         self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
@@ -132,6 +133,10 @@ class Trainer:
             except EnvTimedOut:
                 # the thread is still inside the env's step: closing must end the workers, not wait on them
                 self.env.broken = True
+                self._undo_collection(mark)
+                raise
+            except (EnvFailed, PolicyNotFinite):
+                self._undo_collection(mark)
                 raise
         self.acting.exchange()
         self._store(segment)
@@ -139,9 +144,29 @@ class Trainer:
 
     def collect(self) -> None:
         """Act for one segment of ``nsteps`` in every env (in evaluation mode: :func:`evaluation_mode`) and store it."""
-        with evaluation_mode(self.runner.actor.model):
-            segment = self.runner.run()
+        mark = self._collection_mark()
+        try:
+            with evaluation_mode(self.runner.actor.model):
+                segment = self.runner.run()
+        except (EnvFailed, PolicyNotFinite):
+            self._undo_collection(mark)
+            raise
         self._store(segment)
+
+    def _collection_mark(self) -> tuple:
+        """What a collection changes besides the segment it stores: the games it finishes, and the
+        observation normalizer's statistics, which acting moves. A collection that breaks (an env
+        fault) is dropped, and :meth:`_undo_collection` puts these back, so that the checkpoint of
+        the last completed iteration holds neither games nor statistics of the steps it drops."""
+        normalizer = self.runner.actor.model.normalizer
+        statistics = None if normalizer is None else {name: value.clone() for name, value in normalizer.state_dict().items()}
+        return self.tracker.counted(), statistics
+
+    def _undo_collection(self, mark: tuple) -> None:
+        counted, statistics = mark
+        self.tracker.uncount_since(counted)
+        if statistics is not None:
+            self.runner.actor.model.normalizer.load_state_dict(statistics)
 
     def _store(self, segment) -> None:
         with self.timer("buffer_put"):
