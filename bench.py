@@ -242,8 +242,8 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
     as a CUDA graph under ``graph``), the network compiled under ``network``, else eager. A
     compile that fails runs them eagerly, said on stderr."""
     T, N = config.nsteps, config.num_envs
-    mode = compile_mode(config, device.type)
     model = build_model(info, config).to(device)
+    mode = compile_mode(config, device.type, runs_in_bf16(model, config.precision))
     if mode == "network":
         model.compile()
     average = build_model(info, config).to(device).requires_grad_(False)

@@ -113,6 +113,35 @@ def test_a_compiled_gaussian_update_with_a_frozen_layer_draws_as_eager_and_leave
     assert torch.equal(frozen, before) and compiled.nonfinite_updates == 0
 
 
+def test_a_compiled_bf16_recurrent_update_sees_the_policy_that_acted_on_a_fresh_segment():
+    # Inductor kept a bf16 LSTM's fused intermediate values in float32, where eager acting
+    # rounds each to bf16: the compiled update's π differed from the stored μ by up to 7e-4, so
+    # on-policy ρ was not 1 and the bias correction did not vanish.
+    from acer_sync.nets.build import build_model
+    from acer_sync.nets.precision import NetworkPasses
+
+    torch.manual_seed(0)
+    config = config_for(False, torso="user_torsos:SmallTorso", network="lstm", lstm_size=32, precision="bf16", compile="update")
+    model = build_model(env_info("CartPole-v1"), config)
+    with torch.no_grad():
+        model.head.pi.weight.mul_(300)  # a sharp policy: small probabilities, where rounding shows in ρ
+    batch = make_batch(False, model.initial_state(N), seed=0)
+    batch = batch._replace(obs=batch.obs.reshape(T + 1, N, 4), actions=batch.actions % 2)
+    acting = NetworkPasses(model, "bf16", torch.device("cpu"))
+    with torch.no_grad():  # μ as the Actor stores it: one step at a time, eager
+        state, mu = batch.state, []
+        for t in range(T):
+            features, state = acting.step(batch.obs[t], state, batch.firsts[t])
+            mu.append(acting.policy_of(features))
+    batch = batch._replace(mu=torch.stack(mu))
+    torch._dynamo.reset()
+    agent = ACER(model, config)
+    stats = agent.update(batch, 0.0)
+    assert agent.compiled
+    # 0.99990 before; what is left (2e-6 here) is the fused softmax's own rounding, on a sharp policy's small probabilities
+    assert stats["rho_mean"].item() == pytest.approx(1.0, abs=1e-5)
+
+
 def test_a_skipped_sync_free_update_leaves_the_average_networks_buffers_as_eager_does():
     # The masked Polyak step copied the online normalizer's statistics into the average network
     # before it looked at finite: after a skipped update the two paths' averages differed.
@@ -144,6 +173,8 @@ def test_compile_auto_compiles_the_update_of_a_long_run_where_it_wins():
     assert compile_mode(build_config(False, long), "cpu") == compile_mode(build_config(False, long), "cuda") == "update"
     assert compile_mode(build_config(False, {**long, "total_timesteps": AUTO_COMPILE_STEPS - 1}), "cpu") == "off"
     assert compile_mode(build_config(False, {**long, "precision": "bf16"}), "cpu") == "off"
+    # a built-in MLP stays fp32 under --precision bf16: its run compiles as an fp32 run does
+    assert compile_mode(build_config(False, {**long, "precision": "bf16"}), "cpu", net_in_bf16=False) == "update"
     assert compile_mode(build_config(False, {**long, "precision": "bf16"}), "cuda") == "update"
     assert compile_mode(build_config(False, {**long, "compile": "off"}), "cpu") == "off"
     assert compile_mode(build_config(False, {"env": "CartPole-v1", "compile": "network"}), "cpu") == "network"
@@ -155,9 +186,11 @@ def test_compile_auto_compiles_the_update_of_a_long_run_where_it_wins():
     assert ACER(CASES["categorical-mlp"][0](), Config()).compile_mode == "off"
 
 
-def test_a_long_run_under_compile_auto_builds_a_compiled_update_and_says_so(tmp_path, caplog):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_long_run_under_compile_auto_builds_a_compiled_update_and_says_so(tmp_path, caplog, precision):
+    # bf16: the MLP stays fp32, and its run compiles as an fp32 run does (it stayed eager)
     config = build_config(False, {"env": "CartPole-v1", "num_envs": 2, "vec_env": "sync", "hidden": "8",
-                                  "total_timesteps": AUTO_COMPILE_STEPS, "eval_every": 0})
+                                  "total_timesteps": AUTO_COMPILE_STEPS, "eval_every": 0, "precision": precision})
     with caplog.at_level("INFO", logger="acer_sync"):
         trainer = build_trainer(config, env_info(config.env), tmp_path, builtin=False)  # compiles at the first update
     try:

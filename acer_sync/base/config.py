@@ -70,7 +70,7 @@ class Config:
     replay_start: int = _f(10_000, "steps per env stored before replay begins")
     threads: int = _f(0, "torch threads and ALE env threads of this run (0: torch's default, and one ALE thread per env up to the core count); a sweep sets it to the trial's CPUs")
     compile: str = _f(
-        "auto", "torch.compile: auto (update for a run of 1M steps or more, except bf16 on a CPU; else off); off; network "
+        "auto", "torch.compile: auto (update for a run of 1M steps or more, except a net in bf16 on a CPU; else off); off; network "
         "(the network's passes; a bare --compile); update (the whole ACER update, one graph, with no host read in it); "
         "graph (the update as a CUDA graph, and each acting step as one of its own; CUDA only)",
         choices=COMPILE_MODES, metavar="MODE", const="network",
@@ -375,13 +375,17 @@ def validate(config: Config, resumed: bool = False) -> list[str]:
     return problems
 
 
-def compile_mode(config: Config, device_type: str) -> str:
+def compile_mode(config: Config, device_type: str, net_in_bf16: bool | None = None) -> str:
     """The ``--compile`` mode a run on ``device_type`` uses. ``auto`` is ``update`` for a run of at
-    least :data:`AUTO_COMPILE_STEPS` steps, else ``off``; and ``off`` for bf16 on a CPU, where eager
-    bf16 beats the compiled fp32 update on ``cnn_lstm`` and Inductor's bf16 C++ did not compile it
-    (docs/performance.md). Every other mode is itself."""
+    least :data:`AUTO_COMPILE_STEPS` steps, else ``off``; and ``off`` for a net that runs in bf16
+    on a CPU, where eager bf16 beats the compiled fp32 update on ``cnn_lstm`` (docs/performance.md).
+    Every other mode is itself.
+
+    :param net_in_bf16: whether the run's net runs in bf16 (:func:`acer_sync.nets.precision.runs_in_bf16`:
+        a built-in MLP stays fp32 under ``--precision bf16``); None: whether ``--precision`` is bf16."""
     if config.compile != "auto":
         return config.compile
-    if config.total_timesteps < AUTO_COMPILE_STEPS or (config.precision == "bf16" and device_type == "cpu"):
+    in_bf16 = config.precision == "bf16" if net_in_bf16 is None else net_in_bf16
+    if config.total_timesteps < AUTO_COMPILE_STEPS or (in_bf16 and device_type == "cpu"):
         return "off"
     return "update"

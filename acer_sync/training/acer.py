@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import traceback
 from typing import NamedTuple
@@ -17,7 +18,7 @@ from acer_sync.math import losses
 from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.distributions import distribution_of_spec
 from acer_sync.nets.networks import Network, PolyakAverage, network_from_spec
-from acer_sync.nets.precision import NetworkPasses
+from acer_sync.nets.precision import NetworkPasses, runs_in_bf16
 from acer_sync.replay.buffer import Batch
 from atari import parts
 
@@ -130,15 +131,18 @@ class ACER:
         self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
         self.compiled = compiled
         self._update = self._update_eager
+        graph = self.compile_mode == "graph"
+        #: Inductor's settings for the compiled update, in force while it compiles (at its calls):
+        #: ``fallback_random`` draws a Gaussian update's samples with torch's generator, as eager does
+        #: (Inductor's own made a compiled run another trajectory than the eager one of its seed; the
+        #: CUDA graph keeps them, replaying its own draws); ``emulate_precision_casts`` rounds a bf16
+        #: net's fused intermediate values to bf16 as eager acting did, so π is μ on a fresh segment
+        #: (kept in float32, an LSTM's gave π − μ up to 7e-4, and on-policy ρ ≠ 1).
+        self.inductor_settings = {"fallback_random": not graph, "emulate_precision_casts": runs_in_bf16(model, config.precision)}
         if compiled:
-            # Inductor draws a Gaussian update's samples from a generator of its own, so a compiled
-            # run followed another trajectory than the eager run of its seed; fallback_random draws
-            # them with torch's, as eager does. The CUDA graph mode keeps Inductor's (its mode
-            # and options exclude each other, and the graph replays its own draws).
-            graph = self.compile_mode == "graph"
+            importlib.import_module("torch._inductor.config")  # for the settings' patch; a second to import, so only here
             self._update = torch.compile(
                 self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if graph else None,
-                options=None if graph else {"fallback_random": True},
             )
         if self.compile_mode == "graph":
             self.mark_static_inputs()
@@ -294,7 +298,8 @@ class ACER:
         if not self.compiled:
             return self._update_eager(batch, lr)
         try:
-            with torch._dynamo.config.patch(trace_autograd_ops=True):  # autograd.grad and backward in the graph
+            # autograd.grad and backward in the graph
+            with torch._dynamo.config.patch(trace_autograd_ops=True), torch._inductor.config.patch(self.inductor_settings):
                 return self._update(batch, lr)
         except Exception as error:
             if not is_compile_error(error):

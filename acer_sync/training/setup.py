@@ -19,7 +19,7 @@ from acer_sync.math.schedules import learning_rate
 from acer_sync.nets.build import build_model, select_device
 from acer_sync.nets.distributions import distribution_for
 from acer_sync.nets.networks import network_from_spec
-from acer_sync.nets.precision import slow_bf16_warning
+from acer_sync.nets.precision import runs_in_bf16, slow_bf16_warning
 from acer_sync.replay.buffer import ReplayBuffer, buffer_fields
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
@@ -169,7 +169,7 @@ def build_trainer(
         storage = replay_device(config, device, buffer_bytes)
         if storage.type == "cpu":
             check_buffer_fits(config, buffer_bytes)
-        compiling = compile_mode(config, device.type)
+        compiling = compile_mode(config, device.type, runs_in_bf16(model, config.precision))
         if config.compile == "auto" and compiling != "off":
             log.info(f"--compile auto: the update compiles (a run of {config.total_timesteps:,} steps); its first update "
                      "waits for the compile, 20-35 s on a CPU (--compile off runs it eagerly)")
