@@ -546,8 +546,9 @@ def _subproc_worker(*worker_args) -> None:
         return
     try:
         _async_worker(index, lambda: env, *worker_args[2:])
-    except Exception as error:  # noqa: BLE001 - the env's close, in the worker loop's finally: reported by VecEnv.close
-        error_queue.put((index, type(error), error, traceback.format_exc()))
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's close, in the worker loop's finally
+        # reported by VecEnv.close, as text: an exception of the env's own may not unpickle in the trainer
+        error_queue.put((index, None, str(_env_raised("", error, "in close")).strip(), ""))
 
 
 #: The VecEnv whose step or reset is running now (in the main thread), for :func:`end_env_calls_within`.
@@ -639,7 +640,7 @@ def close_probe(env: gym.Env, env_id: str) -> None:
     """Close an env built to read its spaces; one whose close raises is a warning, as at a run's end."""
     try:
         env.close()
-    except Exception as error:  # noqa: BLE001 - the env's own code
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's own code (a sys.exit() would end the program)
         CLOSE_LOG.warning(f"{_env_raised(env_id, error, 'in close')}; it was left open")
 
 
@@ -734,7 +735,7 @@ class VecEnv:
                         self.env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
             except UserError:
                 raise
-            except Exception as error:  # noqa: BLE001 - an env that env_info made fails when made again (in a worker)
+            except (Exception, SystemExit) as error:  # noqa: BLE001 - an env that env_info made fails when made again (in a worker)
                 raise _env_raised(info.env_id, error, "when made for the run") from None
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
@@ -916,8 +917,7 @@ class VecEnv:
                 try:
                     self._call("close", self.env.close)
                     if processes and not self.env.error_queue.empty():  # a worker's env raised in its close, then exited
-                        error = self.env.error_queue.get()[2]
-                        CLOSE_LOG.warning(f"{_env_raised(self.info.env_id, error, 'in close')}; its worker process ended")
+                        CLOSE_LOG.warning(f"{self.info.env_id} {self.env.error_queue.get()[2]}; its worker process ended")
                     return
                 except EnvFailed as failure:
                     if healthy:  # a broken env's close may fail too: its first failure is the one reported

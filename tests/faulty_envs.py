@@ -15,7 +15,9 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 In an env made with a ``render_mode`` (``--capture-video``'s), from its step ``at_step`` on:
 ``render_raise`` raises ``RuntimeError("GL context lost")`` in ``render``, ``render_hang`` sleeps
 for an hour there. In every env: ``close_raise`` raises ``RuntimeError("port busy")`` in
-``close``, ``close_hang`` sleeps for an hour there.
+``close``, ``close_hang`` sleeps for an hour there, ``close_exit`` calls ``sys.exit(3)`` there, and
+``close_unpicklable`` raises a :class:`ConnectionLost`, which pickle cannot rebuild (its
+``__init__`` takes two arguments), as some SDKs' errors.
 
 At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made;
 ``raise_at_reset`` raises ``RuntimeError("sensor cable unplugged")`` and ``hang_at_reset`` sleeps for
@@ -39,11 +41,16 @@ ENV_ID = "FaultyCartPole-v0"
 _instances = itertools.count()
 
 
+class ConnectionLost(Exception):
+    def __init__(self, port: int, what: str):
+        super().__init__(f"port {port} {what}")
+
+
 class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -100,6 +107,10 @@ class FaultyCartPole(gym.Wrapper):
             raise RuntimeError("port busy")
         if self.faulty and self.fault == "close_hang":
             time.sleep(3600)
+        if self.faulty and self.fault == "close_exit":
+            sys.exit(3)
+        if self.faulty and self.fault == "close_unpicklable":
+            raise ConnectionLost(7, "lost")
         self.env.close()
 
 

@@ -370,7 +370,9 @@ def test_a_video_env_whose_render_fails_or_hangs_stops_the_run_as_a_step_would(t
 
 
 @pytest.mark.parametrize("fault, said", [("close_raise", " raised RuntimeError in close: port busy"),
-                                         ("close_hang", "'s close did not return within --env-timeout 1 s")])
+                                         ("close_hang", "'s close did not return within --env-timeout 1 s"),
+                                         ("close_exit", " raised SystemExit in close: exit code 3"),
+                                         ("close_unpicklable", " raised ConnectionLost in close: port 7 lost")])
 @pytest.mark.parametrize("backend", ["sync", "subproc"])
 def test_an_env_whose_close_fails_or_hangs_leaves_a_finished_run_finished_with_a_warning(tmp_path, caplog, backend, fault, said):
     # A close that raised turned a finished run into a traceback and exit 1; one that hung kept
@@ -388,6 +390,28 @@ def test_an_env_whose_close_fails_or_hangs_leaves_a_finished_run_finished_with_a
     assert outcome.stop is Stop.FINISHED and load_checkpoint(tmp_path)["counters"]["timesteps"] == 80
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert f"{faulty_envs.ENV_ID}{said}" in warnings[-1], warnings
+
+
+def test_the_probe_of_an_envs_spaces_warns_of_a_close_that_raises_or_exits(caplog):
+    # A sys.exit() in its close ended the program in silence before anything was written.
+    with caplog.at_level(logging.WARNING, logger="acer_sync"):
+        info = env_info(faulty_envs.ENV_ID, {"fault": "close_exit"})
+    assert info.n_actions == 2
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{faulty_envs.ENV_ID} raised SystemExit in close: exit code 3; it was left open"]
+
+
+@pytest.mark.parametrize("fault, code, line", [
+    ("fault=raise_at_reset", 3, f"{FAULTY} raised RuntimeError in reset: sensor cable unplugged"),
+    ("fault=render_hang", 6, f"{FAULTY}'s render did not return within --env-timeout 1 s"),
+])
+def test_the_start_of_capture_video_blames_what_failed_and_ends_a_render_that_hangs(tmp_path, fault, code, line):
+    # The check that the env renders, before the run, blamed headless OpenGL for an env whose reset
+    # failed (exit 2, "install an EGL driver"), and waited for ever on a render that hung.
+    result = run_train("--env", FAULTY, "--env-kwargs", fault, "at_step=0", "from_instance=1", "--capture-video",
+                       "--eval-every", "80", "--total-timesteps", "160", "--env-timeout", "1", "--run-dir",
+                       str(tmp_path / "run"), timeout=60)
+    assert error_line(result, code).startswith(f"train.py: error: {line}")
 
 
 @pytest.mark.parametrize("backend", ["sync", "subproc"])

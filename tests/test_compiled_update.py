@@ -113,6 +113,22 @@ def test_a_compiled_gaussian_update_with_a_frozen_layer_draws_as_eager_and_leave
     assert torch.equal(frozen, before) and compiled.nonfinite_updates == 0
 
 
+def test_a_layer_unfrozen_during_a_run_is_clipped_and_its_gradient_not_piled_up():
+    # The layers that learn were listed once, at the start: one unfrozen later was neither reset
+    # to no gradient before each backward nor clipped, and its gradients piled up across updates.
+    make_model, gaussian = CASES["categorical-mlp"]
+    torch.manual_seed(0)
+    model = make_model()
+    layer = next(model.parameters())
+    layer.requires_grad_(False)
+    agent = ACER(model, config_for(gaussian, max_grad_norm=1e-3))
+    layer.requires_grad_(True)
+    for seed in range(3):
+        agent.update(make_batch(gaussian, (), seed), 1e-2)
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()]))
+        assert layer.grad is not None and total.item() <= 1e-3 * (1 + 1e-5)
+
+
 def test_a_compiled_bf16_recurrent_update_sees_the_policy_that_acted_on_a_fresh_segment():
     # Inductor kept a bf16 LSTM's fused intermediate values in float32, where eager acting
     # rounds each to bf16: the compiled update's π differed from the stored μ by up to 7e-4, so

@@ -135,6 +135,8 @@ def test_explained_variance_of_a_constant_target_is_undefined_and_left_out_of_it
 
     constant = torch.full((4, 2), 3.0)
     assert explained_variance(constant + 0.5, constant).isnan()
+    tenths = torch.full((20, 1), 0.1)  # a variance that rounds to 6e-17 gave -1.95e12
+    assert tenths.var() > 0 and explained_variance(tenths + 0.5, tenths).isnan()
     target = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
     assert explained_variance(target, target) == 1.0
     assert explained_variance(torch.full_like(target, target.mean()), target) == 0.0

@@ -302,7 +302,7 @@ def check_config(config: Config, info: EnvInfo, device_type: str | None = None, 
     if config.track:
         check_wandb()
     if config.capture_video:
-        check_renders(info)  # a missing package or no headless OpenGL, before the run starts
+        check_renders(info, config.env_timeout)  # a missing package or no headless OpenGL, before the run starts
     if is_callable_env(config.env) and config.vec_env == "subproc" and multiprocessing.get_start_method() != "fork":
         raise UserError(
             f"vec_env subproc runs {config.env} in worker processes, which reach an env callable only when Python "

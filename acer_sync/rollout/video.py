@@ -17,7 +17,7 @@ import numpy as np
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.rollout.evaluation import EnvStep
 from atari.envs import EnvInfo, VecEnv
-from atari.errors import EnvFailed
+from atari.errors import EnvFailed, EnvTimedOut
 
 VIDEO_FPS = 30
 #: MuJoCo's headless OpenGL backend, unless MUJOCO_GL is already set: EGL (a GPU driver, or Mesa's),
@@ -51,19 +51,23 @@ def video_env(info: EnvInfo, timeout: float = 0.0) -> VecEnv:
     return env
 
 
-def check_renders(info: EnvInfo) -> None:
+def check_renders(info: EnvInfo, timeout: float = 0.0) -> None:
     """A one-line UserError where ``info``'s env cannot render frames here (a missing package, no
-    headless OpenGL); nothing is left open."""
+    headless OpenGL), its render under ``timeout`` seconds (a run's ``--env-timeout``; 0: none);
+    nothing is left open. An env that fails before it renders fails as it would in the run."""
     render_headless()
-    env = video_env(info)
+    env = video_env(info, timeout)
     try:
         env.reset(seed=0)
-        render(env)
-    except EnvFailed as failure:  # each GL backend fails in its own way (EGLError, FatalError, ...)
-        raise UserError(
-            f"cannot render {info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
-            f"({failure}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
-        ) from None
+        try:
+            render(env)
+        except EnvTimedOut:
+            raise
+        except EnvFailed as failure:  # each GL backend fails in its own way (EGLError, FatalError, ...)
+            raise UserError(
+                f"cannot render {info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
+                f"({failure}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
+            ) from None
     finally:
         env.close()
 

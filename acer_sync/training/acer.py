@@ -40,10 +40,11 @@ LOG_RHO_LOGGED_MAX = -math.log(losses.PROB_EPS)  # log of the largest discrete �
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """1 − Var[target − prediction] / Var[target]: 1 is perfect, 0 no better than a constant; NaN
-    where the target is constant, as in Baselines (no prediction explains anything of it)."""
+    where the target is constant, as in Baselines (no prediction explains anything of it). Constant
+    is all values equal: the variance of twenty 0.1s rounds to 6e-17, not 0, in float32."""
     var_target = target.var()
     undefined = torch.full_like(var_target, float("nan"))
-    return torch.where(var_target > 0, 1.0 - (target - prediction).var() / var_target, undefined)
+    return torch.where(target.amax() > target.amin(), 1.0 - (target - prediction).var() / var_target, undefined)
 
 
 #: The ``config.compile`` modes that compile the whole update (:meth:`ACER.update`).
@@ -114,9 +115,6 @@ class ACER:
         self.net = NetworkPasses(model, config.precision, device)
         self.average_net = NetworkPasses(self.average_model, config.precision, device)
         self.parameters = list(model.parameters())  # listed once (see PolyakAverage)
-        #: Those that learn: a user's frozen layer gets no gradient, and a compiled update that
-        #: set a frozen parameter's ``grad`` failed at its second call ("a gradient of size [1]").
-        self.trainable = [parameter for parameter in self.parameters if parameter.requires_grad]
         self.bounded = model.parameter_bounds()  # projected back into their bounds after each step
         self.optimizer = RMSpropTF(self.parameters, lr=config.lr, alpha=config.rms_alpha, eps=config.rms_eps)
         self.optimizer.init_state()
@@ -337,10 +335,14 @@ class ACER:
         loss_policy_surrogate = -(terms.stats * z).sum() / (T * N)
         loss = loss_policy_surrogate + cfg.q_coef * terms.loss_critic
 
-        for parameter in self.trainable:  # the optimizer's zero_grad(set_to_none=True), which Dynamo does not trace
+        # Those that learn, at this update (a layer may be unfrozen during a run): a user's frozen
+        # layer gets no gradient, and a compiled update that set a frozen parameter's grad failed at
+        # its second call ("a gradient of size [1]"). Dynamo guards on requires_grad.
+        trainable = [parameter for parameter in self.parameters if parameter.requires_grad]
+        for parameter in trainable:  # the optimizer's zero_grad(set_to_none=True), which Dynamo does not trace
             parameter.grad = None
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.trainable, cfg.max_grad_norm)
+        grad_norm = nn.utils.clip_grad_norm_(trainable, cfg.max_grad_norm)
         finite = torch.isfinite(grad_norm) & torch.isfinite(loss)
         if self.sync_free:
             self.optimizer.step_masked(finite, self.lr)
