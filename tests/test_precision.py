@@ -256,6 +256,29 @@ def test_a_bf16_checkpoint_resumes_in_fp32_and_back(tmp_path, capsys):
     assert capsys.readouterr().err.count("warning: --precision bf16") == (0 if NATIVE_BF16_CPU else 2)
 
 
+def test_load_and_play_run_a_bf16_policy_in_the_precision_asked_and_warn_where_bf16_is_emulated(tmp_path, monkeypatch, caplog):
+    # A bf16 run's policy acted in bf16 wherever it was loaded, 3-4x slower than fp32 on a CPU
+    # without native bf16, and neither load nor play.py could ask for fp32, or said so.
+    import user_torsos
+
+    from acer_sync.api import policy as policy_module
+    from acer_sync.cli import play
+
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", torso=user_torsos.SmallTorso, precision="bf16",
+                              total_timesteps=40, num_envs=2, vec_env="sync", device="cpu", eval_every=0, threads=1, verbose=0)
+    monkeypatch.setattr(policy_module, "native_bf16", lambda device: False)
+    with caplog.at_level("WARNING", logger="acer_sync"):
+        assert acer_sync.load(run_dir).precision == "bf16"
+        assert "runs in bf16, which cpu here emulates, slower than fp32" in caplog.text
+        caplog.clear()
+        fp32 = acer_sync.load(run_dir, precision="fp32")
+        assert fp32.precision == "fp32" and not fp32.net.bf16 and not caplog.text
+    assert fp32.predict(np.zeros(4, dtype=np.float32))[0].shape == ()
+    with pytest.raises(acer_sync.UserError, match="precision must be one of fp32, bf16, got 'fp16'"):
+        acer_sync.load(run_dir, precision="fp16")
+    assert play.main([str(run_dir), "--episodes", "1", "--precision", "fp32"]) in (0, None)
+
+
 def test_a_checkpoint_without_precision_resumes_in_fp32(tmp_path):
     run_dir = tmp_path / "run"
     assert train.main([*PONG, "--total-timesteps", "10", "--run-dir", str(run_dir)]) == 0

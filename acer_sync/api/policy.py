@@ -20,10 +20,11 @@ from gymnasium.vector.utils import batch_space, iterate
 from acer_sync.api.env_callables import callable_is_shared
 from acer_sync.base.config import PRECISIONS, Config
 from acer_sync.base.errors import UserError
+from acer_sync.base.log import log
 from acer_sync.nets.build import image_rule_hint, in_saved_form, model_spec, select_device
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
-from acer_sync.nets.precision import NetworkPasses
+from acer_sync.nets.precision import NetworkPasses, native_bf16, runs_in_bf16
 from acer_sync.rollout.actor import choose_actions, policy_not_finite
 from acer_sync.training.checkpoint import load_run_checkpoint
 from atari import parts
@@ -203,19 +204,25 @@ class Policy:
         return ""
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
+def load(path: str | Path, device: str | torch.device = "cpu", precision: str | None = None) -> Policy:
     """The policy of a run directory's latest checkpoint, or of a checkpoint file.
 
     :param path: a run directory or a ``.pt`` checkpoint.
     :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda if available), or a torch device.
-    :raises UserError: for a missing, corrupt or foreign checkpoint (one line).
+    :param precision: what the network computes in, ``"fp32"`` or ``"bf16"``; None: the run's, as
+        it acted in training (a bf16 run's policy in fp32 differs from it by bf16's rounding).
+        bf16 on a device without native bf16 is emulated, slower than fp32: it is said in a warning.
+    :raises UserError: for a missing, corrupt or foreign checkpoint, or an unknown precision (one line).
     """
+    if precision is not None and precision not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     payload = load_run_checkpoint(path)
     spec, env_id = payload["model_spec"], str(payload["env_id"])
     config = payload["config"]
-    precision = str(config["precision"])
-    if precision not in PRECISIONS:
-        raise UserError(f"{path} was saved with precision {precision!r}; this version knows {', '.join(PRECISIONS)}")
+    saved_precision = str(config["precision"])
+    if saved_precision not in PRECISIONS:
+        raise UserError(f"{path} was saved with precision {saved_precision!r}; this version knows {', '.join(PRECISIONS)}")
+    precision = precision or saved_precision
     try:
         model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
@@ -235,6 +242,9 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
             observation_space = space_from_data(payload["observation_space"])
         except ValueError as error:
             raise UserError(f"{path} is not a usable acer_sync checkpoint: its observation_space is {error}") from None
+    if runs_in_bf16(model, precision) and not native_bf16(device):
+        log.warning(f"warning: {path}'s policy runs in bf16, which {device.type} here emulates, slower than fp32; "
+                    "acer_sync.load(..., precision='fp32') or play.py --precision fp32 runs it in fp32")
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
                   observation_space=observation_space, vec_env=str(config.get("vec_env", "")))
 

@@ -24,7 +24,7 @@ import torch
 
 from acer_sync.api.env_callables import is_callable_env
 from acer_sync.api.policy import Policy, load
-from acer_sync.base.config import MAX_SEED
+from acer_sync.base.config import MAX_SEED, PRECISIONS
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout.evaluation import EnvStep, evaluate
@@ -46,6 +46,8 @@ def parse_args(argv: list[str], prog: str = "play.py"):
     parser.add_argument("--render", action="store_true", help="show the game in a window (needs a display)")
     parser.add_argument("--seed", type=int, default=0, help="env seed (default: 0)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu", help="where the network runs (default: cpu)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="what the network computes in (default: the run's, as it acted in training)")
     return parser.parse_args(argv)
 
 
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         raise UserError(f"cannot write {args.actions}: folder {args.actions.parent} does not exist")
     if args.video is not None and not args.render:
         render_headless()  # before the env below first imports MuJoCo
-    policy = load(args.checkpoint, args.device)
+    policy = load(args.checkpoint, args.device, args.precision)
     info = policy_env(policy, args.checkpoint)
     model, device = policy.model, policy.device
 
