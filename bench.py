@@ -45,6 +45,8 @@ bench runs with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import math
 import os
@@ -279,11 +281,16 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
         if mode == "graph":  # RMSProp's v changes in place: static, as the learner marks its own
             for values in optimizer.state.values():
                 torch._dynamo.mark_static_address(values["square_avg"])
-        compiled = torch.compile(raw_update, fullgraph=True, dynamic=False,
-                                 mode="reduce-overhead" if mode == "graph" else None)
+        # Inductor's settings as the learner's update has them (ACER.inductor_settings): a bf16 net's
+        # fused values rounded to bf16; the CUDA graph's mode takes them patched in, not as options
+        settings = {"emulate_precision_casts": bf16}
+        compiled = torch.compile(raw_update, fullgraph=True, dynamic=False, mode="reduce-overhead" if mode == "graph" else None,
+                                 options=None if mode == "graph" else settings)
+        inductor_config = importlib.import_module("torch._inductor.config")
+        graph_patch = (lambda: inductor_config.patch(settings)) if mode == "graph" and bf16 else contextlib.nullcontext
 
         def update():
-            with torch._dynamo.config.patch(trace_autograd_ops=True):  # backward in the graph, as the learner's
+            with torch._dynamo.config.patch(trace_autograd_ops=True), graph_patch():  # backward in the graph, as the learner's
                 return compiled()
 
         raw_compile = mode

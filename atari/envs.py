@@ -26,6 +26,7 @@ import difflib
 import importlib
 import logging
 import os
+import pickle
 import signal
 import threading
 import time
@@ -188,8 +189,8 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         env = gym.make(spec, **env_kwargs) if atari else make_gym_env(env_id, env_kwargs=env_kwargs)
     except UserError:  # what make_gym_env says of the env (not an env, an unsupported space) is said as it is
         raise
-    except Exception as error:  # noqa: BLE001 - the env's own constructor may raise anything (an OSError from a device)
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's own constructor may raise anything (an OSError from a device)
+        first_line = _remote_text(error).splitlines()[0] if _remote_text(error) else type(error).__name__
         if not isinstance(error, (gym.error.Error, ImportError, TypeError, ValueError)):
             first_line = f"{type(error).__name__}: {first_line}"  # not a usage error: its kind says what broke
         made_with = f" with --env-kwargs {kwargs_text(env_kwargs)}" if env_kwargs else ""
@@ -533,11 +534,12 @@ def _subproc_worker(*worker_args) -> None:
     index, env_fn, pipe, parent_pipe, _, error_queue = worker_args[:6]
     try:
         env = env_fn()
-    except Exception as error:  # noqa: BLE001 - gymnasium's worker makes its env outside its error handling
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - gymnasium's worker makes its env outside its error handling
         # Answer its first command (the space check) as gymnasium's worker answers a failure, so the
-        # trainer raises the env's error in one line rather than a dead pipe and a traceback here.
+        # trainer raises the env's error in one line rather than a dead pipe and a traceback here;
+        # the error as text, in a class that pickles (the env's own may not rebuild in the trainer).
         parent_pipe.close()
-        error_queue.put((index, type(error), error, traceback.format_exc()))
+        error_queue.put((index, RemoteEnvError, RemoteEnvError(type(error).__name__, _remote_text(error)), traceback.format_exc()))
         try:
             pipe.recv()
             pipe.send((None, False))
@@ -545,7 +547,7 @@ def _subproc_worker(*worker_args) -> None:
             pass
         return
     try:
-        _async_worker(index, lambda: env, *worker_args[2:])
+        _async_worker(index, lambda: _PicklableErrors(env), *worker_args[2:])
     except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's close, in the worker loop's finally
         # reported by VecEnv.close, as text: an exception of the env's own may not unpickle in the trainer
         error_queue.put((index, None, str(_env_raised("", error, "in close")).strip(), ""))
@@ -644,10 +646,54 @@ def close_probe(env: gym.Env, env_id: str) -> None:
         CLOSE_LOG.warning(f"{_env_raised(env_id, error, 'in close')}; it was left open")
 
 
+class RemoteEnvError(Exception):
+    """An env's exception in a ``subproc`` worker, as its type's name and its text: it crosses to
+    the trainer by pickle, which cannot rebuild every class (one whose ``__init__`` takes other
+    arguments than its message)."""
+
+    def __init__(self, type_name, text: str = ""):
+        if isinstance(type_name, RemoteEnvError):  # gymnasium raises exctype(value) with the value it got
+            type_name, text = type_name.type_name, type_name.text
+        super().__init__(type_name, text)
+        self.type_name, self.text = type_name, text
+
+    @classmethod
+    def of(cls, error: BaseException) -> BaseException:
+        """``error`` itself where pickle rebuilds it, else its type's name and text."""
+        try:
+            pickle.loads(pickle.dumps(error))
+            return error
+        except Exception:  # noqa: BLE001 - any class pickle cannot rebuild (its __init__'s arguments, a lock it holds)
+            return cls(type(error).__name__, _remote_text(error))
+
+
+class _PicklableErrors(gym.Wrapper):
+    """A ``subproc`` worker's env whose step and reset raise what can cross to the trainer (:class:`RemoteEnvError`)."""
+
+    def reset(self, **kwargs):
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as error:  # noqa: BLE001 - the env's own
+            raise RemoteEnvError.of(error) from None
+
+    def step(self, action):
+        try:
+            return self.env.step(action)
+        except Exception as error:  # noqa: BLE001 - the env's own
+            raise RemoteEnvError.of(error) from None
+
+
+def _remote_text(error: BaseException) -> str:
+    return f"exit code {error.code!r}" if isinstance(error, SystemExit) else str(error).strip()
+
+
 def _env_raised(env_id: str, error: BaseException, when: str) -> EnvFailed:
     """An env's own exception as this module's error, in one line: "ENV raised TYPE WHEN: its first line"."""
-    text = f"exit code {error.code!r}" if isinstance(error, SystemExit) else str(error).strip()
-    return EnvFailed(f"{env_id} raised {type(error).__name__} {when}" + (f": {text.splitlines()[0]}" if text else ""))
+    if isinstance(error, RemoteEnvError):
+        name, text = error.type_name, error.text
+    else:
+        name, text = type(error).__name__, _remote_text(error)
+    return EnvFailed(f"{env_id} raised {name} {when}" + (f": {text.splitlines()[0]}" if text else ""))
 
 
 class VecEnv:

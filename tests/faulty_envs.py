@@ -19,7 +19,10 @@ for an hour there. In every env: ``close_raise`` raises ``RuntimeError("port bus
 ``close_unpicklable`` raises a :class:`ConnectionLost`, which pickle cannot rebuild (its
 ``__init__`` takes two arguments), as some SDKs' errors.
 
-At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made;
+``unpicklable``: raises a :class:`ConnectionLost` (below).
+
+At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made, ``exit_at_init``
+calls ``sys.exit(2)`` there;
 ``raise_at_reset`` raises ``RuntimeError("sensor cable unplugged")`` and ``hang_at_reset`` sleeps for
 an hour in every reset.
 
@@ -50,13 +53,15 @@ class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
         self.steps = 0
         if self.faulty and fault == "raise_at_init":
             raise OSError("no such device")
+        if self.faulty and fault == "exit_at_init":
+            sys.exit(2)
 
     def reset(self, **kwargs):
         if self.faulty and self.fault == "raise_at_reset":
@@ -73,6 +78,8 @@ class FaultyCartPole(gym.Wrapper):
                 raise RuntimeError("sensor cable unplugged")
             if self.fault == "hang":
                 time.sleep(3600)
+            if self.fault == "unpicklable":
+                raise ConnectionLost(7, "lost")
             if self.fault == "exit":
                 sys.exit(0)
             if self.fault == "slow":

@@ -252,6 +252,17 @@ def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_p
 
 
 @pytest.mark.parametrize("backend", ["sync", "subproc"])
+def test_an_env_error_that_pickle_cannot_rebuild_is_named_as_it_is_from_a_worker(tmp_path, backend):
+    # A subproc worker's ConnectionLost (an __init__ of two arguments) failed to unpickle in the
+    # trainer: "raised TypeError in step: ConnectionLost.__init__() missing 1 required positional argument".
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "unpicklable", "at_step": 130},
+                               total_timesteps=100_000, vec_env=backend)
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_FAILED
+    assert outcome.error == f"{faulty_envs.ENV_ID} raised ConnectionLost in step: port 7 lost; saved a checkpoint at step 240"
+
+
+@pytest.mark.parametrize("backend", ["sync", "subproc"])
 def test_an_env_that_raises_stops_with_a_checkpoint_one_line_and_exit_3(tmp_path, backend):
     run_dir = tmp_path / "run"
     result = run_train("--env", FAULTY, "--env-kwargs", "fault=raise", "at_step=130", "--vec-env", backend,
@@ -427,28 +438,30 @@ def test_a_hung_env_stops_at_env_timeout_with_a_checkpoint_and_exit_6(tmp_path, 
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
 
 
-def test_an_env_whose_constructor_raises_is_one_line_and_exit_2():
-    result = run_train("--env", FAULTY, "--env-kwargs", "fault=raise_at_init", "--total-timesteps", "100")
-    assert error_line(result, 2) == (
-        f"train.py: error: cannot build {FAULTY} with --env-kwargs fault=raise_at_init: OSError: no such device"
-    )
+@pytest.mark.parametrize("fault, said", [("raise_at_init", "OSError: no such device"),
+                                         ("exit_at_init", "SystemExit: exit code 2")])  # it exited with the env's code, silent
+def test_an_env_whose_constructor_raises_is_one_line_and_exit_2(fault, said):
+    result = run_train("--env", FAULTY, "--env-kwargs", f"fault={fault}", "--total-timesteps", "100")
+    assert error_line(result, 2) == f"train.py: error: cannot build {FAULTY} with --env-kwargs fault={fault}: {said}"
 
 
+@pytest.mark.parametrize("fault, said", [("raise_at_init", "raised OSError when made for the run: no such device"),
+                                         ("exit_at_init", "raised SystemExit when made for the run: exit code 2")])
 @pytest.mark.parametrize("backend, first_faulty", [("sync", 1), ("subproc", 2)])
-def test_an_env_that_fails_only_when_made_for_the_run_is_one_line_exit_3_and_leaves_no_worker(tmp_path, backend, first_faulty):
+def test_an_env_that_fails_only_when_made_for_the_run_is_one_line_exit_3_and_leaves_no_worker(tmp_path, backend, first_faulty,
+                                                                                              fault, said):
     # env_info's env (instance 0) is well, as is subproc's in-process one for the spaces (1); the
-    # run's own fail. A subproc worker's failure was a traceback from each worker and one from the pipe.
+    # run's own fail. A subproc worker's failure was a traceback from each worker and one from the pipe;
+    # its sys.exit() was a BrokenPipeError.
     process = subprocess.Popen(
-        [*TRAIN, "--env", FAULTY, "--env-kwargs", "fault=raise_at_init", f"from_instance={first_faulty}", "--vec-env",
+        [*TRAIN, "--env", FAULTY, "--env-kwargs", f"fault={fault}", f"from_instance={first_faulty}", "--vec-env",
          backend, "--num-envs", "2", "--total-timesteps", "100", "--run-dir", str(tmp_path / "run"), "--no-progress"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
     )
     stdout, stderr = process.communicate(timeout=120)
     result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    assert error_line(result, 3) == (
-        f"train.py: error: {FAULTY} raised OSError when made for the run: no such device; the run did not start"
-    )
+    assert error_line(result, 3) == f"train.py: error: {FAULTY} {said}; the run did not start"
     assert not group_alive(process.pid) and not (tmp_path / "run").exists()
 
 

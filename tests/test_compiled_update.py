@@ -129,6 +129,22 @@ def test_a_layer_unfrozen_during_a_run_is_clipped_and_its_gradient_not_piled_up(
         assert layer.grad is not None and total.item() <= 1e-3 * (1 + 1e-5)
 
 
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_a_layer_frozen_during_a_run_stays_where_it_was(sync_free):
+    # Its last gradient stayed on it, and RMSProp applied it again at every update.
+    make_model, gaussian = CASES["categorical-mlp"]
+    torch.manual_seed(0)
+    model = make_model()
+    agent = ACER(model, config_for(gaussian), sync_free=sync_free)
+    agent.update(make_batch(gaussian, (), 0), 1e-2)
+    layer = next(model.parameters())
+    layer.requires_grad_(False)
+    frozen = layer.detach().clone()
+    for seed in (1, 2):
+        agent.update(make_batch(gaussian, (), seed), 1e-2)
+    assert torch.equal(layer, frozen)
+
+
 def test_a_compiled_bf16_recurrent_update_sees_the_policy_that_acted_on_a_fresh_segment():
     # Inductor kept a bf16 LSTM's fused intermediate values in float32, where eager acting
     # rounds each to bf16: the compiled update's π differed from the stored μ by up to 7e-4, so

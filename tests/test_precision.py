@@ -273,6 +273,9 @@ def test_load_and_play_run_a_bf16_policy_in_the_precision_asked_and_warn_where_b
         caplog.clear()
         fp32 = acer_sync.load(run_dir, precision="fp32")
         assert fp32.precision == "fp32" and not fp32.net.bf16 and not caplog.text
+        monkeypatch.setattr(policy_module, "native_bf16", lambda device: None)  # no /proc/cpuinfo: it cannot tell
+        acer_sync.load(run_dir)
+        assert not caplog.text
     assert fp32.predict(np.zeros(4, dtype=np.float32))[0].shape == ()
     with pytest.raises(acer_sync.UserError, match="precision must be one of fp32, bf16, got 'fp16'"):
         acer_sync.load(run_dir, precision="fp16")

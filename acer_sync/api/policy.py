@@ -56,7 +56,8 @@ class Policy:
     :param env_id: the env it was trained on.
     :param device: where ``model`` lives.
     :param env_kwargs: the keyword arguments the run made its envs with (``--env-kwargs``).
-    :param precision: what the network's passes compute in (``acer_sync.nets.precision``): the run's.
+    :param precision: what the network's passes compute in (``acer_sync.nets.precision``): the run's,
+        unless :func:`load` was asked for another.
     :param observation_space: the env's own observation space, where training turned its
         observations into frames of another shape (an int of a Discrete space, a Dict, a Tuple, an
         HWC image: ``atari.envs.adapt_observations``); ``predict`` turns them the same way.
@@ -242,7 +243,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
             observation_space = space_from_data(payload["observation_space"])
         except ValueError as error:
             raise UserError(f"{path} is not a usable acer_sync checkpoint: its observation_space is {error}") from None
-    if runs_in_bf16(model, precision) and not native_bf16(device):
+    if runs_in_bf16(model, precision) and native_bf16(device) is False:  # None: it cannot tell (no /proc/cpuinfo)
         log.warning(f"warning: {path}'s policy runs in bf16, which {device.type} here emulates, slower than fp32; "
                     "acer_sync.load(..., precision='fp32') or play.py --precision fp32 runs it in fp32")
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,

@@ -41,10 +41,11 @@ class RMSpropTF(torch.optim.Optimizer):
         """:meth:`step` without a host read: ``lr`` is a tensor on the parameters' device, and where
         the bool tensor ``finite`` is False every parameter and its v keep their values (a skipped
         step). The arithmetic is :meth:`step`'s, θ + (−lr·g)/√(v + ε), so a finite step gives the
-        same bits. Needs :meth:`init_state` first. A parameter without a gradient (frozen, as a
-        pretrained layer of a user's torso) is left alone, as :meth:`step` leaves it."""
+        same bits. Needs :meth:`init_state` first. A parameter without a gradient, or frozen (as a
+        pretrained layer of a user's torso, whose last gradient may stay), is left alone, as
+        :meth:`step` leaves it."""
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            params = [p for p in group["params"] if p.grad is not None and p.requires_grad]
             if not params:
                 continue
             grads = [p.grad for p in params]
@@ -63,7 +64,7 @@ class RMSpropTF(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - the class docstring gives the update
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            params = [p for p in group["params"] if p.grad is not None and p.requires_grad]  # a layer frozen keeps its last grad
             if not params:
                 continue
             grads = [p.grad for p in params]

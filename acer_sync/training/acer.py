@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import traceback
@@ -130,17 +131,21 @@ class ACER:
         self.compiled = compiled
         self._update = self._update_eager
         graph = self.compile_mode == "graph"
-        #: Inductor's settings for the compiled update, in force while it compiles (at its calls):
-        #: ``fallback_random`` draws a Gaussian update's samples with torch's generator, as eager does
-        #: (Inductor's own made a compiled run another trajectory than the eager one of its seed; the
-        #: CUDA graph keeps them, replaying its own draws); ``emulate_precision_casts`` rounds a bf16
-        #: net's fused intermediate values to bf16 as eager acting did, so π is μ on a fresh segment
-        #: (kept in float32, an LSTM's gave π − μ up to 7e-4, and on-policy ρ ≠ 1).
+        #: Inductor's settings for the compiled update: ``fallback_random`` draws a Gaussian update's
+        #: samples with torch's generator, as eager does (Inductor's own made a compiled run another
+        #: trajectory than the eager one of its seed; the CUDA graph keeps them, replaying its own
+        #: draws); ``emulate_precision_casts`` rounds a bf16 net's fused intermediate values to bf16
+        #: as eager acting did, so π is μ on a fresh segment (kept in float32, an LSTM's gave π − μ
+        #: up to 7e-4, and on-policy ρ ≠ 1). Given to ``torch.compile`` once; the CUDA graph's mode
+        #: excludes options, so there they are patched in while it compiles (at its calls).
         self.inductor_settings = {"fallback_random": not graph, "emulate_precision_casts": runs_in_bf16(model, config.precision)}
+        self._graph_settings = {key: value for key, value in self.inductor_settings.items() if value} if graph else {}
         if compiled:
-            importlib.import_module("torch._inductor.config")  # for the settings' patch; a second to import, so only here
+            if self._graph_settings:
+                importlib.import_module("torch._inductor.config")  # for the patch; a second to import, so only here
             self._update = torch.compile(
                 self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if graph else None,
+                options=None if graph else self.inductor_settings,
             )
         if self.compile_mode == "graph":
             self.mark_static_inputs()
@@ -297,7 +302,7 @@ class ACER:
             return self._update_eager(batch, lr)
         try:
             # autograd.grad and backward in the graph
-            with torch._dynamo.config.patch(trace_autograd_ops=True), torch._inductor.config.patch(self.inductor_settings):
+            with torch._dynamo.config.patch(trace_autograd_ops=True), self._graph_patch():
                 return self._update(batch, lr)
         except Exception as error:
             if not is_compile_error(error):
@@ -310,6 +315,10 @@ class ACER:
             self.compiled, self._update = False, self._update_eager
             release_frames(error)
             return self._update_eager(batch, lr)
+
+    def _graph_patch(self):
+        """Inductor's settings that the CUDA graph mode cannot be given (see :attr:`inductor_settings`), patched in."""
+        return torch._inductor.config.patch(self._graph_settings) if self._graph_settings else contextlib.nullcontext()
 
     def _update_eager(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
         cfg, dist = self.config, self.distribution
