@@ -26,7 +26,6 @@ import difflib
 import importlib
 import logging
 import os
-import pickle
 import signal
 import threading
 import time
@@ -537,9 +536,10 @@ def _subproc_worker(*worker_args) -> None:
     except (Exception, SystemExit) as error:  # noqa: BLE001 - gymnasium's worker makes its env outside its error handling
         # Answer its first command (the space check) as gymnasium's worker answers a failure, so the
         # trainer raises the env's error in one line rather than a dead pipe and a traceback here;
-        # the error as text, in a class that pickles (the env's own may not rebuild in the trainer).
+        # as gymnasium can rebuild it (_crossing).
         parent_pipe.close()
-        error_queue.put((index, RemoteEnvError, RemoteEnvError(type(error).__name__, _remote_text(error)), traceback.format_exc()))
+        crossing = _crossing(error)
+        error_queue.put((index, type(crossing), crossing, traceback.format_exc()))
         try:
             pipe.recv()
             pipe.send((None, False))
@@ -657,30 +657,31 @@ class RemoteEnvError(Exception):
         super().__init__(type_name, text)
         self.type_name, self.text = type_name, text
 
-    @classmethod
-    def of(cls, error: BaseException) -> BaseException:
-        """``error`` itself where pickle rebuilds it, else its type's name and text."""
-        try:
-            pickle.loads(pickle.dumps(error))
-            return error
-        except Exception:  # noqa: BLE001 - any class pickle cannot rebuild (its __init__'s arguments, a lock it holds)
-            return cls(type(error).__name__, _remote_text(error))
+
+def _crossing(error: BaseException) -> BaseException:
+    """What a worker sends for ``error``: this package's own errors as they are (their message is
+    their one argument), any other as a :class:`RemoteEnvError`. gymnasium rebuilds a worker's
+    error as ``type(error)(error)``, which many classes refuse (``JSONDecodeError``,
+    ``CalledProcessError``, an SDK's error of two arguments): "raised TypeError" was reported."""
+    if isinstance(error, (EnvFailed, UserError)):
+        return error
+    return RemoteEnvError(type(error).__name__, _remote_text(error))
 
 
 class _PicklableErrors(gym.Wrapper):
-    """A ``subproc`` worker's env whose step and reset raise what can cross to the trainer (:class:`RemoteEnvError`)."""
+    """A ``subproc`` worker's env whose step and reset raise what crosses to the trainer as it was (:func:`_crossing`)."""
 
     def reset(self, **kwargs):
         try:
             return self.env.reset(**kwargs)
-        except Exception as error:  # noqa: BLE001 - the env's own
-            raise RemoteEnvError.of(error) from None
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's own; its sys.exit() ended the worker
+            raise _crossing(error) from None
 
     def step(self, action):
         try:
             return self.env.step(action)
-        except Exception as error:  # noqa: BLE001 - the env's own
-            raise RemoteEnvError.of(error) from None
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's own; its sys.exit() ended the worker
+            raise _crossing(error) from None
 
 
 def _remote_text(error: BaseException) -> str:

@@ -19,7 +19,8 @@ for an hour there. In every env: ``close_raise`` raises ``RuntimeError("port bus
 ``close_unpicklable`` raises a :class:`ConnectionLost`, which pickle cannot rebuild (its
 ``__init__`` takes two arguments), as some SDKs' errors.
 
-``unpicklable``: raises a :class:`ConnectionLost` (below).
+``unpicklable``: raises a :class:`ConnectionLost` (below); ``json``: raises a ``json.JSONDecodeError``
+(three arguments, which gymnasium's ``type(error)(error)`` cannot rebuild).
 
 At start-up instead: ``raise_at_init`` raises ``OSError("no such device")`` when made, ``exit_at_init``
 calls ``sys.exit(2)`` there;
@@ -34,6 +35,7 @@ faulty_envs:FaultyCartPole-v0 --env-kwargs fault=raise at_step=50`` (with ``test
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 import time
 
@@ -53,7 +55,7 @@ class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "json", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -80,6 +82,8 @@ class FaultyCartPole(gym.Wrapper):
                 time.sleep(3600)
             if self.fault == "unpicklable":
                 raise ConnectionLost(7, "lost")
+            if self.fault == "json":
+                raise json.JSONDecodeError("Expecting value", "x", 0)
             if self.fault == "exit":
                 sys.exit(0)
             if self.fault == "slow":

@@ -251,15 +251,19 @@ def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_p
 # --- Env faults --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fault, said", [("unpicklable", "ConnectionLost in step: port 7 lost"),
+                                         ("json", "JSONDecodeError in step: Expecting value: line 1 column 1 (char 0)"),
+                                         ("exit", "SystemExit in step: exit code 0")])
 @pytest.mark.parametrize("backend", ["sync", "subproc"])
-def test_an_env_error_that_pickle_cannot_rebuild_is_named_as_it_is_from_a_worker(tmp_path, backend):
-    # A subproc worker's ConnectionLost (an __init__ of two arguments) failed to unpickle in the
-    # trainer: "raised TypeError in step: ConnectionLost.__init__() missing 1 required positional argument".
-    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "unpicklable", "at_step": 130},
+def test_an_env_error_that_pickle_cannot_rebuild_is_named_as_it_is_from_a_worker(tmp_path, backend, fault, said):
+    # From a subproc worker, a ConnectionLost (an __init__ of two arguments) failed to unpickle in
+    # the trainer, and a JSONDecodeError to be rebuilt as gymnasium rebuilds errors, type(error)(error):
+    # "raised TypeError in step: ...__init__() missing ... argument"; a sys.exit() was a dead worker.
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": fault, "at_step": 130},
                                total_timesteps=100_000, vec_env=backend)
     outcome = trainer.train()
     assert outcome.stop is Stop.ENV_FAILED
-    assert outcome.error == f"{faulty_envs.ENV_ID} raised ConnectionLost in step: port 7 lost; saved a checkpoint at step 240"
+    assert outcome.error == f"{faulty_envs.ENV_ID} raised {said}; saved a checkpoint at step 240"
 
 
 @pytest.mark.parametrize("backend", ["sync", "subproc"])

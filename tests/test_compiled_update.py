@@ -193,6 +193,19 @@ def test_a_skipped_sync_free_update_leaves_the_average_networks_buffers_as_eager
     assert all(torch.equal(a, b) for a, b in zip(average.buffers(), online.buffers()))
 
 
+def test_compiled_updates_of_many_runs_in_one_process_do_not_pile_up_to_dynamos_limit():
+    # Each ACER's compiled update stayed cached under the one code object, guarded on its own
+    # objects: the ninth run in a process (recompile_limit, here lowered to 1) failed with
+    # FailOnRecompileLimitHit.
+    make_model, gaussian = CASES["categorical-mlp"]
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for seed in range(2):
+            torch.manual_seed(seed)
+            agent = ACER(make_model(), config_for(gaussian, compile="update"))
+            agent.update(make_batch(gaussian, (), seed), 1e-2)
+            assert agent.compiled
+
+
 def test_a_bool_compile_setting_of_an_older_run_still_means_what_it_did():
     assert Config(compile=True).compile == "network" and Config(compile=False).compile == "off"
 

@@ -141,6 +141,11 @@ class ACER:
         self.inductor_settings = {"fallback_random": not graph, "emulate_precision_casts": runs_in_bf16(model, config.precision)}
         self._graph_settings = {key: value for key, value in self.inductor_settings.items() if value} if graph else {}
         if compiled:
+            # Dynamo keeps the compiled update of every ACER built in this process under one code
+            # object, guarded on each one's objects: the ninth (recompile_limit) failed with
+            # FailOnRecompileLimitHit (acer_sync.train in a loop). The earlier ones' entries go; one
+            # still alive compiles again at its next update.
+            torch._dynamo.reset_code(ACER._update_eager.__code__)
             if self._graph_settings:
                 importlib.import_module("torch._inductor.config")  # for the patch; a second to import, so only here
             self._update = torch.compile(
