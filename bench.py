@@ -45,8 +45,6 @@ bench runs with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 import math
 import os
@@ -84,7 +82,7 @@ from acer_sync.math.optim import RMSpropTF
 from acer_sync.nets.build import build_model
 from acer_sync.nets.precision import autocast, runs_in_bf16, to_float32
 from acer_sync.replay.buffer import ReplayBuffer, Segment, empty_segment
-from acer_sync.training.acer import is_compile_error
+from acer_sync.training.acer import compile_whole, is_compile_error
 from acer_sync.training.setup import build_trainer
 from acer_sync.training.trainer import Trainer
 from atari import parts
@@ -281,18 +279,7 @@ def bench_raw_learner(info, config, device: torch.device, seconds: float) -> tup
         if mode == "graph":  # RMSProp's v changes in place: static, as the learner marks its own
             for values in optimizer.state.values():
                 torch._dynamo.mark_static_address(values["square_avg"])
-        # Inductor's settings as the learner's update has them (ACER.inductor_settings): a bf16 net's
-        # fused values rounded to bf16; the CUDA graph's mode takes them patched in, not as options
-        settings = {"emulate_precision_casts": bf16}
-        compiled = torch.compile(raw_update, fullgraph=True, dynamic=False, mode="reduce-overhead" if mode == "graph" else None,
-                                 options=None if mode == "graph" else settings)
-        inductor_config = importlib.import_module("torch._inductor.config")
-        graph_patch = (lambda: inductor_config.patch(settings)) if mode == "graph" and bf16 else contextlib.nullcontext
-
-        def update():
-            with torch._dynamo.config.patch(trace_autograd_ops=True), graph_patch():  # backward in the graph, as the learner's
-                return compiled()
-
+        update = compile_whole(raw_update, mode, model, config.precision)  # as the learner's update compiles
         raw_compile = mode
 
     updating = {"seconds": 0.0}

@@ -6,7 +6,7 @@ import contextlib
 import importlib
 import math
 import traceback
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -46,6 +46,33 @@ def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.
     var_target = target.var()
     undefined = torch.full_like(var_target, float("nan"))
     return torch.where(target.amax() > target.amin(), 1.0 - (target - prediction).var() / var_target, undefined)
+
+
+def compile_whole(function: Callable, mode: str, model: nn.Module, precision: str) -> Callable:
+    """``function``, a whole update of ``model`` (its passes, backward and the optimizer's step),
+    under ``torch.compile(fullgraph=True)``, in ``mode`` ``graph`` also as a CUDA graph; the
+    callable returned runs it with autograd's ops traced into the graph.
+
+    Inductor's settings: ``fallback_random`` draws a Gaussian update's samples with torch's
+    generator, as eager does (Inductor's own made a compiled run another trajectory than the eager
+    one of its seed; the CUDA graph keeps them, replaying its own draws); ``emulate_precision_casts``
+    rounds a bf16 net's fused intermediate values to bf16 as eager acting did, so π is μ on a fresh
+    segment (kept in float32, an LSTM's gave π − μ up to 7e-4, and on-policy ρ ≠ 1). They are given
+    to ``torch.compile`` once; the CUDA graph's mode excludes options, so there they are patched in
+    at each call (Inductor compiles at the first)."""
+    graph = mode == "graph"
+    settings = {"fallback_random": not graph, "emulate_precision_casts": runs_in_bf16(model, precision)}
+    compiled = torch.compile(function, fullgraph=True, dynamic=False, mode="reduce-overhead" if graph else None,
+                             options=None if graph else settings)
+    patched = {key: value for key, value in settings.items() if value} if graph else {}
+    inductor_config = importlib.import_module("torch._inductor.config") if patched else None  # a second to import
+
+    def run(*args):
+        with torch._dynamo.config.patch(trace_autograd_ops=True):  # autograd.grad and backward in the graph
+            with inductor_config.patch(patched) if patched else contextlib.nullcontext():
+                return compiled(*args)
+
+    return run
 
 
 #: The ``config.compile`` modes that compile the whole update (:meth:`ACER.update`).
@@ -130,28 +157,13 @@ class ACER:
         self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
         self.compiled = compiled
         self._update = self._update_eager
-        graph = self.compile_mode == "graph"
-        #: Inductor's settings for the compiled update: ``fallback_random`` draws a Gaussian update's
-        #: samples with torch's generator, as eager does (Inductor's own made a compiled run another
-        #: trajectory than the eager one of its seed; the CUDA graph keeps them, replaying its own
-        #: draws); ``emulate_precision_casts`` rounds a bf16 net's fused intermediate values to bf16
-        #: as eager acting did, so π is μ on a fresh segment (kept in float32, an LSTM's gave π − μ
-        #: up to 7e-4, and on-policy ρ ≠ 1). Given to ``torch.compile`` once; the CUDA graph's mode
-        #: excludes options, so there they are patched in while it compiles (at its calls).
-        self.inductor_settings = {"fallback_random": not graph, "emulate_precision_casts": runs_in_bf16(model, config.precision)}
-        self._graph_settings = {key: value for key, value in self.inductor_settings.items() if value} if graph else {}
         if compiled:
             # Dynamo keeps the compiled update of every ACER built in this process under one code
             # object, guarded on each one's objects: the ninth (recompile_limit) failed with
             # FailOnRecompileLimitHit (acer_sync.train in a loop). The earlier ones' entries go; one
             # still alive compiles again at its next update.
             torch._dynamo.reset_code(ACER._update_eager.__code__)
-            if self._graph_settings:
-                importlib.import_module("torch._inductor.config")  # for the patch; a second to import, so only here
-            self._update = torch.compile(
-                self._update_eager, fullgraph=True, dynamic=False, mode="reduce-overhead" if graph else None,
-                options=None if graph else self.inductor_settings,
-            )
+            self._update = compile_whole(self._update_eager, self.compile_mode, model, config.precision)
         if self.compile_mode == "graph":
             self.mark_static_inputs()
             self.optimizer.register_load_state_dict_post_hook(lambda optimizer: self.mark_static_inputs())
@@ -306,9 +318,7 @@ class ACER:
         if not self.compiled:
             return self._update_eager(batch, lr)
         try:
-            # autograd.grad and backward in the graph
-            with torch._dynamo.config.patch(trace_autograd_ops=True), self._graph_patch():
-                return self._update(batch, lr)
+            return self._update(batch, lr)
         except Exception as error:
             if not is_compile_error(error):
                 raise
@@ -320,10 +330,6 @@ class ACER:
             self.compiled, self._update = False, self._update_eager
             release_frames(error)
             return self._update_eager(batch, lr)
-
-    def _graph_patch(self):
-        """Inductor's settings that the CUDA graph mode cannot be given (see :attr:`inductor_settings`), patched in."""
-        return torch._inductor.config.patch(self._graph_settings) if self._graph_settings else contextlib.nullcontext()
 
     def _update_eager(self, batch: Batch, lr: float) -> dict[str, torch.Tensor]:
         cfg, dist = self.config, self.distribution
