@@ -7,10 +7,11 @@ built by :func:`acer_sync.training.setup.build_trainer`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -123,50 +124,43 @@ class Trainer:
             self.acting.exchange()
             self.pending_update = True
             return
-        mark = self._collection_mark()
-        self.collector.start()
-        self.learn()
-        self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
-        with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
-            try:
-                segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
-            except EnvTimedOut:
-                # the thread is still inside the env's step: closing must end the workers, not wait on them
-                self.env.broken = True
-                self._undo_collection(mark)
-                raise
-            except (EnvFailed, PolicyNotFinite):
-                self._undo_collection(mark)
-                raise
+        with self._dropped_if_broken():
+            self.collector.start()
+            self.learn()
+            self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
+            with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
+                try:
+                    segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
+                except EnvTimedOut:
+                    # the thread is still inside the env's step: closing must end the workers, not wait on them
+                    self.env.broken = True
+                    raise
         self.acting.exchange()
         self._store(segment)
         self.pending_update = True
 
     def collect(self) -> None:
         """Act for one segment of ``nsteps`` in every env (in evaluation mode: :func:`evaluation_mode`) and store it."""
-        mark = self._collection_mark()
-        try:
-            with evaluation_mode(self.runner.actor.model):
-                segment = self.runner.run()
-        except (EnvFailed, PolicyNotFinite):
-            self._undo_collection(mark)
-            raise
+        with self._dropped_if_broken(), evaluation_mode(self.runner.actor.model):
+            segment = self.runner.run()
         self._store(segment)
 
-    def _collection_mark(self) -> tuple:
-        """What a collection changes besides the segment it stores: the games it finishes, and the
-        observation normalizer's statistics, which acting moves. A collection that breaks (an env
-        fault) is dropped, and :meth:`_undo_collection` puts these back, so that the checkpoint of
-        the last completed iteration holds neither games nor statistics of the steps it drops."""
+    @contextlib.contextmanager
+    def _dropped_if_broken(self) -> Iterator[None]:
+        """Around a collection: what it changes besides the segment it stores, the games it
+        finishes and the observation normalizer's statistics (which acting moves), put back where
+        it breaks (an env fault, a policy not finite). The collection is dropped, and the checkpoint
+        of the last completed iteration then holds neither games nor statistics of its steps."""
         normalizer = self.runner.actor.model.normalizer
         statistics = None if normalizer is None else {name: value.clone() for name, value in normalizer.state_dict().items()}
-        return self.tracker.counted(), statistics
-
-    def _undo_collection(self, mark: tuple) -> None:
-        counted, statistics = mark
-        self.tracker.uncount_since(counted)
-        if statistics is not None:
-            self.runner.actor.model.normalizer.load_state_dict(statistics)
+        counted = self.tracker.counted()
+        try:
+            yield
+        except (EnvFailed, PolicyNotFinite):
+            self.tracker.uncount_since(counted)
+            if statistics is not None:
+                normalizer.load_state_dict(statistics)
+            raise
 
     def _store(self, segment) -> None:
         with self.timer("buffer_put"):
