@@ -14,6 +14,12 @@ import gymnasium as gym
 import numpy as np
 
 
+def lost_life(lives, previous_lives, game_over):
+    """Where a life was lost: the lives dropped and the game goes on (after a game over the env has
+    already reset, so lives rising is no loss). Arrays of envs, or one env's numbers."""
+    return np.logical_and(np.less(lives, previous_lives), np.logical_not(game_over))
+
+
 class EpisodeTracker:
     """Turns raw env outputs into training rewards and dones, and records full-game returns.
 
@@ -70,8 +76,7 @@ class EpisodeTracker:
         self.running_length[game_over] = 0
 
         lives = np.asarray(lives, dtype=np.int64)
-        # After a game over the env has already reset, so lives rising is no life loss.
-        self.life_lost = (lives < self.lives) & ~game_over
+        self.life_lost = lost_life(lives, self.lives, game_over)
         train_dones = game_over.copy()
         if self.life_loss_ends_episode:
             train_dones |= self.life_lost
@@ -169,8 +174,7 @@ class LifeLossActionsWrapper(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = int(info.get("lives", 0))
         game_over = bool(terminated or truncated)
-        # As EpisodeTracker: a life is lost when lives drop and the game goes on.
-        life_lost = lives < self.lives and not game_over
+        life_lost = bool(lost_life(lives, self.lives, game_over))
         self.lives = lives
         self.forced.step(np.array([life_lost]), np.array([game_over]))
         return obs, reward, terminated, truncated, info

@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 
 from atari import parts
+from atari.episodes import lost_life
 
 
 class FrameStacker:
@@ -76,7 +77,7 @@ class LifeFrameStack(gym.Wrapper):
     def step(self, action):
         frame, reward, terminated, truncated, info = self.env.step(action)
         lives = int(info.get("lives", 0))
-        life_lost = lives < self.lives and not (terminated or truncated)  # as EpisodeTracker
+        life_lost = bool(lost_life(lives, self.lives, terminated or truncated))
         self.lives = lives
         stacked = self.stacker.push(frame[None], np.array([life_lost]))[0].copy()
         return stacked, reward, terminated, truncated, {**info, "episode_start": life_lost}
