@@ -6,6 +6,7 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
   reward of 1e39, finite but beyond float32's range;
 * ``hang``: sleeps for an hour;
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
+* ``stall``: sleeps 2 s in that step, once, and ends its episode there (terminated);
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
   the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it);
 * ``exit``: calls ``sys.exit(0)``;
@@ -54,7 +55,7 @@ class ConnectionLost(Exception):
 class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
-        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "raise_at_init", "raise_at_reset", "hang_at_reset",
+        if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "stall", "raise_at_init", "raise_at_reset", "hang_at_reset",
                          "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "json", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
@@ -88,6 +89,9 @@ class FaultyCartPole(gym.Wrapper):
                 sys.exit(0)
             if self.fault == "slow":
                 time.sleep(0.1)
+            if self.fault == "stall" and self.steps == self.at_step:
+                time.sleep(2.0)
+                terminated = True
             if self.fault in ("seven_obs", "seven_at_cut") and self.steps == self.at_step:
                 obs = np.array(obs, dtype=np.float32)
                 obs[0] = 7.0

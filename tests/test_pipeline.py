@@ -197,6 +197,30 @@ def test_an_env_fault_in_the_collecting_thread_stops_as_in_serial_mode(tmp_path,
     assert counters["unlearned_segments"] == 0  # the 6th had its update before the 7th failed (it counted 1)
 
 
+def test_a_step_that_returns_after_its_timeout_changes_nothing_the_run_put_back(tmp_path):
+    # The second env's step 30 takes 2 s, past --env-timeout 1 s, and ends its game: the run stops
+    # there with the games of the segment it drops put back. When the step returns after all, the
+    # collecting thread stops at once: it counted that game and went on acting.
+    first = next(faulty_envs._instances) + 2  # the probe, then the training envs
+    kwargs = {"fault": "stall", "at_step": 30, "from_instance": first + 1}
+    info = env_info(FAULTY, kwargs)
+    config = build_config(False, dict(
+        env=FAULTY, env_kwargs=kwargs, vec_env="sync", device="cpu",
+        num_envs=2, nsteps=5, total_timesteps=600, buffer_size=100, replay_start=20, eval_every=0, log_interval=1,
+        threads=1, hidden="16", pipeline="overlap", env_timeout=1.0,
+    ))
+    (tmp_path / "run").mkdir()
+    trainer = build_trainer(config, info, tmp_path / "run")
+    outcome = trainer.train()
+    assert not outcome.finished and "did not return within --env-timeout 1 s" in outcome.error
+    counted, thread = trainer.tracker.counted(), trainer.collector._thread
+    thread.join(5)
+    assert not thread.is_alive()
+    assert trainer.tracker.counted() == counted
+    saved = load_checkpoint(tmp_path / "run")
+    assert saved["counters"]["timesteps"] == trainer.timesteps
+
+
 def test_sigint_saves_exits_130_and_the_run_resumes_overlapped_with_evaluations(tmp_path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(

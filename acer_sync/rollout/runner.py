@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+import contextlib
+import threading
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -63,6 +65,24 @@ class Runner:
         self.actor = Actor(model, env.info, env.num_envs, device, generator=generator, update_normalizer=True, precision=precision,
                            graph=graph)
         self.frames: np.ndarray | dict[str, np.ndarray] | None = None
+        #: Held by a collection between its env calls: :meth:`abandon` waits for it.
+        self._between_calls = threading.Lock()
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """Give up a collection running in another thread (``--pipeline overlap``) whose env call
+        timed out: from now on it changes nothing (the games it counts, the statistics acting
+        gathers, the frames it holds), for the caller to put them back. A call that hung may return
+        later; the thread then stops at once. A collection between its env calls is waited for."""
+        with self._between_calls:
+            self._abandoned = True
+
+    @contextlib.contextmanager
+    def _unless_abandoned(self) -> Iterator[None]:
+        with self._between_calls:
+            if self._abandoned:
+                raise CollectionAbandoned("the collection was given up after its env call timed out")
+            yield
 
     def reset(self, seed: int | None) -> None:
         with torch.cuda.stream(self.stream):  # a no-op for None
@@ -88,22 +108,29 @@ class Runner:
             array[...] = tensor.float().cpu().numpy()
         segment.timeout_values[...] = 0.0
         for t in range(T):
-            parts.assign(segment.frames, t, self.frames)
-            segment.firsts[t] = actor.first
-            with self.timer("acting"):
-                segment.actions[t], segment.mu[t] = actor.act()
+            with self._unless_abandoned():
+                parts.assign(segment.frames, t, self.frames)
+                segment.firsts[t] = actor.first
+                with self.timer("acting"):
+                    segment.actions[t], segment.mu[t] = actor.act()
             with self.timer("env"):
                 next_frames, raw_rewards, terminated, truncated, lives = self.env.step(dist.env_actions(segment.actions[t]))
-                segment.rewards[t], segment.dones[t], game_over = self.tracker.step(raw_rewards, terminated, truncated, lives)
-                if self.reward_scale != 1.0:
-                    segment.rewards[t] *= self.reward_scale
-            cut = truncated & ~terminated & self.env.final_mask
-            if cut.any():
-                with self.timer("acting"):
-                    segment.timeout_values[t] = actor.final_values(self.env.final_frames, cut)
-            with self.timer("observe"):
-                actor.observe(next_frames, segment.dones[t], self.tracker.life_lost, game_over)
-            self.frames = next_frames
+                with self._unless_abandoned():
+                    segment.rewards[t], segment.dones[t], game_over = self.tracker.step(raw_rewards, terminated, truncated, lives)
+                    if self.reward_scale != 1.0:
+                        segment.rewards[t] *= self.reward_scale
+            with self._unless_abandoned():
+                cut = truncated & ~terminated & self.env.final_mask
+                if cut.any():
+                    with self.timer("acting"):
+                        segment.timeout_values[t] = actor.final_values(self.env.final_frames, cut)
+                with self.timer("observe"):
+                    actor.observe(next_frames, segment.dones[t], self.tracker.life_lost, game_over)
+                self.frames = next_frames
         parts.assign(segment.frames, T, self.frames)
         segment.firsts[T] = actor.first
         return segment
+
+
+class CollectionAbandoned(Exception):
+    """Raised in a collecting thread that :meth:`Runner.abandon` gave up (nobody reads it)."""

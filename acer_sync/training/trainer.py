@@ -132,7 +132,10 @@ class Trainer:
                 try:
                     segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
                 except EnvTimedOut:
-                    # the thread is still inside the env's step: closing must end the workers, not wait on them
+                    # The thread is still inside the env's step: closing must end the workers, not
+                    # wait on them, and a step that returns after all must not count its games
+                    # after they are put back, nor act again.
+                    self.runner.abandon()
                     self.env.broken = True
                     raise
         self.acting.exchange()
