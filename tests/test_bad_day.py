@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -246,6 +247,18 @@ def test_the_second_signal_is_named_and_the_message_says_what_latest_holds(tmp_p
     assert outcome.stop is Stop.INTERRUPTED
     assert outcome.error == f"{named}: exiting at once; no checkpoint was written"
     trainer.env.close()
+
+
+def test_the_summary_of_a_run_that_exited_at_once_names_the_step_its_checkpoint_holds(tmp_path):
+    # "stopped by SIGINT or SIGTERM: 1,600 steps; ...; checkpoint .../latest.pt" where latest.pt held 800.
+    from acer_sync.base.outcome import Outcome
+    from acer_sync.cli.train import summary_line
+
+    (tmp_path / "checkpoints").mkdir()
+    save_checkpoint(tmp_path / "checkpoints" / LATEST, {"step": 800})
+    line = summary_line(Outcome(Stop.INTERRUPTED, tmp_path, 1600, "second SIGINT: exiting at once", checkpoint_step=800), "train.py")
+    assert f"1,600 steps; no episode ended; checkpoint {tmp_path / 'checkpoints' / LATEST}, of step 800 (continue it" in line
+    assert ", of step" not in summary_line(Outcome(Stop.INTERRUPTED, tmp_path, 800, checkpoint_step=800), "train.py")
 
 
 # --- Env faults --------------------------------------------------------------------------------
@@ -937,3 +950,81 @@ def test_a_value_or_policy_that_is_nan_at_a_time_limit_cut_or_in_an_evaluation_n
         assert outcome.error.startswith("the network's value V was not finite (NaN or inf) for the observation of env 1, which was "
                                         "finite, so the episode cut by a time limit has no value to bootstrap from")
     assert outcome.timesteps == (80 if evaluation else 0)
+
+
+# --- Exceptions that are not the env's: a torso's bug, memory, a KeyboardInterrupt in code -----
+
+
+def collecting_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "acer-collect" and thread.is_alive()]
+
+
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+@pytest.mark.parametrize("where, at", [("learn", 40), ("act", 150)])
+def test_a_torso_that_raises_mid_run_saves_where_the_run_stood_and_gives_the_process_back(tmp_path, pipeline, where, at):
+    # It wrote no checkpoint (a run at 1M steps lost up to --checkpoint-every of them), no last
+    # row, closed no envs, and left the process with the run's thread count and its SIGALRM handler;
+    # overlapped, an update's exception left the collecting thread running (exit 134, at times).
+    threads, alarm, collecting = torch.get_num_threads(), signal.getsignal(signal.SIGALRM), len(collecting_threads())
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="^torso bug\n") as raised:
+        acer_sync.train("CartPole-v1", run_dir=run_dir, torso="user_torsos:FailsAt", torso_kwargs={"where": where, "at": at},
+                        pipeline=pipeline, total_timesteps=4000, progress_bar=False, verbose=0, **SMALL)
+    saved = load_checkpoint(run_dir)
+    step = saved["counters"]["timesteps"]
+    assert 0 < step < 4000
+    assert raised.value.__notes__ == [f"acer_sync: the run in {run_dir} stopped at step {step}; checkpoints/latest.pt holds step {step}"]
+    last = read_progress(run_dir)[-1]
+    assert int(last["total_timesteps"]) == step and int(last["episodes"]) == saved["counters"]["episodes"]
+    assert torch.get_num_threads() == threads and signal.getsignal(signal.SIGALRM) == alarm
+    assert len(collecting_threads()) == collecting
+    resumed = acer_sync.api.runs.run(resume=run_dir, total_timesteps=step + 40, progress_bar=False, verbose=0)
+    assert resumed.finished and resumed.timesteps == step + 40
+
+
+def test_a_keyboard_interrupt_that_no_signal_sent_saves_and_goes_on(tmp_path):
+    # A callback's own KeyboardInterrupt was taken for a second Ctrl-C: "exiting at once", no
+    # checkpoint, and TrainingStopped in its place.
+    class Interrupts(acer_sync.Callback):
+        def on_rollout_end(self, trainer, row):
+            if trainer.timesteps >= 200:
+                raise KeyboardInterrupt
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        acer_sync.train("CartPole-v1", run_dir=run_dir, callbacks=[Interrupts()], total_timesteps=4000, progress_bar=False,
+                        verbose=0, **SMALL)
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 200
+    with pytest.raises(KeyboardInterrupt):  # in an update
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "torso", torso="user_torsos:FailsAt",
+                        torso_kwargs={"error": "keyboard", "at": 30}, total_timesteps=4000, progress_bar=False, verbose=0, **SMALL)
+    assert 0 < load_checkpoint(tmp_path / "torso")["counters"]["timesteps"] < 4000
+
+
+@pytest.mark.parametrize("error, said", [
+    ("oom", "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.20 GiB is free"),
+    ("allocator", "DefaultCPUAllocator: can't allocate memory: you tried to allocate 123456789 bytes. Error code 12 (Cannot allocate memory)"),
+])
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_out_of_memory_mid_run_is_one_line_exit_7_with_a_checkpoint(tmp_path, error, said, pipeline):
+    run_dir = tmp_path / "run"
+    result = run_train("--env", "CartPole-v1", "--torso", "user_torsos:FailsAt", "--torso-kwargs", f"error={error}", "at=40",
+                       "--num-envs", "2", "--vec-env", "sync", "--total-timesteps", "4000", "--eval-every", "0",
+                       "--pipeline", pipeline, "--run-dir", str(run_dir))
+    line = error_line(result, 7)
+    step = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert line == f"train.py: error: out of memory at step {step} ({said}); saved a checkpoint at step {step}"
+
+
+def test_an_exception_in_an_update_while_the_envs_collect_exits_1_with_its_traceback(tmp_path):
+    # Overlapped, the process aborted at exit ("terminate called without an active exception",
+    # exit 134) in 3 of 6 tries, with the collecting thread inside torch.
+    for attempt in range(3):
+        run_dir = tmp_path / f"run{attempt}"
+        result = run_train("--env", "CartPole-v1", "--torso", "user_torsos:FailsAt", "--torso-kwargs", "at=40", "--num-envs", "2",
+                           "--vec-env", "sync", "--total-timesteps", "4000", "--eval-every", "0", "--pipeline", "overlap",
+                           "--run-dir", str(run_dir))
+        step = load_checkpoint(run_dir)["counters"]["timesteps"]
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.rstrip().endswith(
+            f"RuntimeError: torso bug\nacer_sync: the run in {run_dir} stopped at step {step}; checkpoints/latest.pt holds step {step}")

@@ -174,3 +174,34 @@ class NanAtSeven(SmallTorso):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.layer(obs)
         return torch.where((obs[:, 0] == 7.0).unsqueeze(1), torch.full_like(out, float("nan")), out)
+
+
+#: What :class:`FailsAt` raises, by name.
+FAILURES = {
+    "runtime": lambda: RuntimeError("torso bug"),
+    "oom": lambda: torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.20 GiB is free. "
+        "Including non-PyTorch memory, this process has 77.90 GiB memory in use."),
+    "allocator": lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: "
+                                      "you tried to allocate 123456789 bytes. Error code 12 (Cannot allocate memory)"),
+    "keyboard": KeyboardInterrupt,
+}
+
+
+class FailsAt(SmallTorso):
+    """Raises ``error`` (a name in :data:`FAILURES`) in its ``at``-th pass of ``where``: ``learn``, a
+    pass with gradients (an update's), or ``act``, a batch of at most 4 observations without (acting's,
+    in a run of up to 4 envs)."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16, error: str = "runtime",
+                 where: str = "learn", at: int = 10):
+        super().__init__(observation_space, features_dim)
+        self.error, self.where, self.at, self.passes = error, where, at, 0
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        learning = torch.is_grad_enabled()
+        if (learning and self.where == "learn") or (not learning and self.where == "act" and obs.shape[0] <= 4):
+            self.passes += 1
+            if self.passes == self.at:
+                raise FAILURES[self.error]()
+        return super().forward(obs)

@@ -80,6 +80,8 @@ EXIT_CODES: dict[Stop, int] = {
     Stop.ENV_TIMEOUT: 6,  # an env hung past --env-timeout: a checkpoint of the last completed iteration
     Stop.CALLBACK: 0,  # a callback stopped it (--stop-at-reward reached): a checkpoint was written
     Stop.CALLBACK_FAILED: 1,  # a user's callback raised (the library raises it on; no script returns this)
+    Stop.OUT_OF_MEMORY: 7,  # the device or the host ran out of memory: a checkpoint of where the run stood
+    Stop.CRASHED: 1,  # an exception the run did not expect: a checkpoint, then the traceback (no script returns this)
 }
 
 

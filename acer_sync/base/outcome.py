@@ -39,6 +39,13 @@ class Stop(enum.Enum):
     CALLBACK = "stopped by a callback"
     #: A user's callback raised an exception; a checkpoint was written, and the exception propagates.
     CALLBACK_FAILED = "a callback raised an exception"
+    #: The device or the host ran out of memory in the run (an update, acting, an evaluation); a
+    #: checkpoint of where it stood was written.
+    OUT_OF_MEMORY = "out of memory"
+    #: Another exception stopped the run: a bug, in a torso of yours or in acer_sync, or a
+    #: KeyboardInterrupt that no signal sent. A checkpoint of where it stood was written (the
+    #: collection it broke dropped, the updates done kept), and the exception propagates.
+    CRASHED = "an exception stopped the run"
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,8 @@ class Outcome:
     :param error: what went wrong, in one line, for an ``error:`` line; empty when nothing did
         (the run finished, or stopped for a first signal after saving its checkpoint).
     :param message: why a callback stopped the run (:attr:`Stop.CALLBACK`), in one line.
+    :param checkpoint_step: the step ``checkpoints/latest.pt`` holds once the run ended (None:
+        none was written, or not known).
     """
 
     stop: Stop
@@ -58,6 +67,7 @@ class Outcome:
     timesteps: int
     error: str = ""
     message: str = ""
+    checkpoint_step: int | None = None
 
     @property
     def finished(self) -> bool:

@@ -98,7 +98,9 @@ def summary_line(outcome: Outcome, prog: str) -> str:
     how = "finished" if outcome.finished else outcome.stop.value
     then = (f"play it: {prog.replace('train', 'play')} {outcome.run_dir}" if outcome.finished
             else f"continue it: {prog} --resume {outcome.run_dir}")
-    return f"{prog}: {how}: {'; '.join(parts)}; checkpoint {checkpoint} ({then})"
+    held = outcome.checkpoint_step
+    of_step = f", of step {held:,}" if held is not None and held != outcome.timesteps else ""  # a second signal: the last one saved
+    return f"{prog}: {how}: {'; '.join(parts)}; checkpoint {checkpoint}{of_step} ({then})"
 
 
 def format_seconds(seconds: float) -> str:

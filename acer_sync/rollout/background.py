@@ -128,6 +128,17 @@ class BackgroundCollector:
     def running(self) -> bool:
         return self._thread is not None
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the thread, whatever it returns or raises (a
+        collection the run gives up); whether it ended."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+        self._thread = None
+        return True
+
     def wait(self, timeout: float, stopped: Callable[[], tuple[str, float] | None], grace: float) -> Segment:
         """The segment, once the thread is done.
 

@@ -497,7 +497,7 @@ class ProgressCallback(Callback):
         self.resume_step = resume_step
         self.evaluation = evaluation
         self.logger: Logger | None = None
-        self.interval_start, self.interval_steps = time.perf_counter(), 0
+        self.interval_start, self.interval_from = time.perf_counter(), 0
         #: The row written at the end of the run (:meth:`on_training_end`), for the callbacks after
         #: this one that pass rows on (``on_progress``, W&B); None where none was written.
         self.final_row: dict | None = None
@@ -509,13 +509,16 @@ class ProgressCallback(Callback):
 
     def _reset(self, trainer) -> None:
         trainer.update_stats.reset()
-        self.interval_start, self.interval_steps = time.perf_counter(), 0
+        self.interval_start, self.interval_from = time.perf_counter(), trainer.timesteps
+
+    def _interval_steps(self, trainer) -> int:
+        """The steps since the last row: those of a collection stored before an update failed too."""
+        return trainer.timesteps - self.interval_from
 
     def _interval_seconds(self, trainer) -> float:
         return time.perf_counter() - (trainer.loop_started if self.interval_start is None else self.interval_start)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
-        self.interval_steps += trainer.steps_per_iteration
         if not (row or self._due(trainer)):
             return
         full = self._write(trainer, row)
@@ -527,7 +530,8 @@ class ProgressCallback(Callback):
         time left out of ``fps``), start the next interval, and return the row."""
         elapsed = self._interval_seconds(trainer) - evaluation.get("eval_seconds", 0.0)
         # no steps (a resume at the total that played an owed evaluation): no training to measure
-        fps = self.interval_steps / max(elapsed, 1e-9) if self.interval_steps else math.nan
+        steps = self._interval_steps(trainer)
+        fps = steps / max(elapsed, 1e-9) if steps else math.nan
         row = progress_row(trainer, fps)
         row.update(evaluation)  # the evaluation's columns, in the row's order
         self.logger.log(row)
@@ -545,7 +549,7 @@ class ProgressCallback(Callback):
             return
         try:
             evaluation = self.evaluation.final_results if self.evaluation is not None else {}
-            if (self.interval_steps > 0 or evaluation) and outcome.stop is not Stop.WRITE_FAILED:
+            if (self._interval_steps(trainer) > 0 or evaluation) and outcome.stop is not Stop.WRITE_FAILED:
                 self.final_row = self._write(trainer, evaluation)
         finally:
             self.logger.close()

@@ -8,6 +8,7 @@ built by :func:`acer_sync.training.setup.build_trainer`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,8 @@ class Trainer:
         #: The step ``checkpoints/latest.pt`` holds (set by the checkpoint callback); None before the first.
         self.checkpoint_step: int | None = self.timesteps if counters else None
         self.on_close = on_close
+        #: The exception that stopped the run, once its end is done (:meth:`train` lets it through).
+        self.crashed: BaseException | None = None
 
     def iterate(self) -> None:
         """One iteration. Serial: :meth:`collect`, then :meth:`learn` from that segment.
@@ -126,21 +129,29 @@ class Trainer:
             return
         with self._dropped_if_broken():
             self.collector.start()
-            self.learn()
-            self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
-            with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
-                try:
+            try:
+                self.learn()
+                self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
+                with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
                     segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
-                except EnvTimedOut:
-                    # The thread is still inside the env's step: closing must end the workers, not
-                    # wait on them, and a step that returns after all must not count its games
-                    # after they are put back, nor act again.
-                    self.runner.abandon()
-                    self.env.broken = True
-                    raise
+            except BaseException as error:
+                if self.collector.running:  # an update failed, or the envs' step hung
+                    self._give_up_collection(wait=not isinstance(error, EnvTimedOut))
+                raise
         self.acting.exchange()
         self._store(segment)
         self.pending_update = True
+
+    def _give_up_collection(self, wait: bool) -> None:
+        """The run is ending while the envs' thread collects: from now on the thread changes
+        nothing (the games it counts, the normalizer's statistics: they are put back next), and it is
+        given up to :data:`STOP_GRACE_SECONDS` (``wait``; 1 s after a second signal) to return from
+        the env call it is in; a thread still in it (an env step that hung) is left behind, and
+        closing ends the envs' workers instead of waiting on them."""
+        self.runner.abandon()
+        seconds = 1.0 if self.stop.interrupted_twice else STOP_GRACE_SECONDS
+        if not (wait and self.collector.join(seconds)):
+            self.env.broken = True
 
     def collect(self) -> None:
         """Act for one segment of ``nsteps`` in every env (in evaluation mode: :func:`evaluation_mode`) and store it."""
@@ -152,14 +163,15 @@ class Trainer:
     def _dropped_if_broken(self) -> Iterator[None]:
         """Around a collection: what it changes besides the segment it stores, the games it
         finishes and the observation normalizer's statistics (which acting moves), put back where
-        it breaks (an env fault, a policy not finite). The collection is dropped, and the checkpoint
-        of the last completed iteration then holds neither games nor statistics of its steps."""
+        it breaks (an env fault, a policy not finite, a torso's exception, a memory error). The
+        collection is dropped, and the checkpoint written then holds neither games nor statistics
+        of its steps."""
         normalizer = self.runner.actor.model.normalizer
         statistics = None if normalizer is None else {name: value.clone() for name, value in normalizer.state_dict().items()}
         counted = self.tracker.counted()
         try:
             yield
-        except (EnvFailed, PolicyNotFinite):
+        except BaseException:
             self.tracker.uncount_since(counted)
             if statistics is not None:
                 normalizer.load_state_dict(statistics)
@@ -237,13 +249,16 @@ class Trainer:
                 # A second signal may land anywhere: in an update, in the final save (whose atomic
                 # write leaves the previous checkpoint in place) or while the envs close, and what
                 # it interrupts may re-raise it as another error. Exit at once without cleaning up;
-                # the vector envs' finalizers terminate their workers.
-                if not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
+                # the vector envs' finalizers terminate their workers. (A KeyboardInterrupt that no
+                # signal sent, raised in the iterations, ended the run as any exception does, and
+                # propagates; one raised while the run ended is taken for a second signal.)
+                if error is self.crashed or not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
                     raise
                 return self._outcome(Stop.INTERRUPTED, f"{self._second_stop()}: exiting at once; {self._checkpoint_kept()}")
 
     def _run(self, stop: GracefulStop) -> Outcome:
         cfg = self.config
+        nonfinite = None
         try:
             stopper = self.callbacks.on_training_start(self)
             self.loop_started = time.perf_counter()  # the callbacks' starts (W&B's init, an owed evaluation) are not training
@@ -252,10 +267,11 @@ class Trainer:
                 stopper = self.callbacks.on_rollout_end(self)
                 streak = self.agent.recent_nonfinite_streak()  # on CUDA, without waiting for the updates
                 if streak >= cfg.max_nonfinite:
-                    return self._end(self._outcome(
+                    nonfinite = self._outcome(
                         Stop.NONFINITE, f"{streak} non-finite updates in a row at step "
                         f"{self.timesteps}; stopped, keeping the last good checkpoint",
-                    ))
+                    )
+                    break
         except EnvFailed as error:
             # The iteration it broke is dropped: the checkpoint holds the last one completed. After
             # a stop signal, an env that hung past the grace period, or workers that the signal
@@ -270,8 +286,26 @@ class Trainer:
             return self._end(self._outcome(Stop.NONFINITE, f"{error}; stopped after step {self.timesteps}, {self._checkpoint_kept()}"))
         except CallbackFailed as failure:
             log.info(f"a callback raised {type(failure.error).__name__}: saving a checkpoint at step {self.timesteps}")
-            self._end(self._outcome(Stop.CALLBACK_FAILED, f"{type(failure.error).__name__}: {failure.error}"))
+            self._end_despite(self._outcome(Stop.CALLBACK_FAILED, f"{type(failure.error).__name__}: {failure.error}"))
             raise failure.error from None
+        except BaseException as error:
+            if stop.interrupted_twice:  # train() exits at once
+                raise
+            memory = out_of_memory(error)
+            if memory is not None:
+                return self._end_despite(self._outcome(
+                    Stop.OUT_OF_MEMORY, f"out of memory at step {self.timesteps} ({memory}); saved a checkpoint at step {self.timesteps}",
+                ))
+            # A bug (a torso of yours, or acer_sync's), or a KeyboardInterrupt that no signal sent:
+            # the run ends as after a failed callback, with a checkpoint of where it stood, the
+            # envs closed and the process's settings given back, and the exception goes on.
+            log.info(f"{type(error).__name__} raised at step {self.timesteps}: saving a checkpoint")
+            self._end_despite(self._outcome(Stop.CRASHED, f"{type(error).__name__}: {error}"))
+            error.add_note(f"acer_sync: the run in {self.run_dir} stopped at step {self.timesteps}; {self._checkpoint_kept()}")
+            self.crashed = error
+            raise
+        if nonfinite is not None:
+            return self._end(nonfinite)
         if stopper is not None:
             message = stopper.stop_message or f"{type(stopper).__name__} stopped the run at step {self.timesteps}"
             log.info(f"{message}: saving a checkpoint")
@@ -292,7 +326,21 @@ class Trainer:
             outcome = self._outcome(Stop.WRITE_FAILED, f"{before}{error}; {self._checkpoint_kept()}")
         finally:
             self.close()
-        return outcome
+        return dataclasses.replace(outcome, checkpoint_step=self.checkpoint_step)
+
+    def _end_despite(self, outcome: Outcome) -> Outcome:
+        """:meth:`_end` after a failure (``outcome``): an exception while the run ends (the final
+        save after a memory error, a user callback's ``on_training_end``) does not replace the
+        failure; it is said in the outcome (a warning line where the outcome is not returned)."""
+        try:
+            return self._end(outcome)
+        except Exception as error:  # noqa: BLE001 - the failure that ended the run is the one to report
+            if self.stop.interrupted_twice:
+                raise
+            said = f"{type(error).__name__} while the run ended: {error}; {self._checkpoint_kept()}"
+            if outcome.stop in (Stop.CRASHED, Stop.CALLBACK_FAILED):
+                log.warning(said)
+            return self._outcome(outcome.stop, f"{outcome.error}; then {said}")
 
     def _second_stop(self) -> str:
         """What cut the run short, in words: "second SIGINT", "SIGTERM after SIGINT", or a
@@ -310,7 +358,7 @@ class Trainer:
         return f"checkpoints/latest.pt holds step {self.checkpoint_step}"
 
     def _outcome(self, stop: Stop, error: str = "", message: str = "") -> Outcome:
-        return Outcome(stop, self.run_dir, self.timesteps, error, message)
+        return Outcome(stop, self.run_dir, self.timesteps, error, message, self.checkpoint_step)
 
     def request_stop(self, reason: str) -> None:
         """Finish the current iteration, save a checkpoint and return an INTERRUPTED outcome from
@@ -328,3 +376,23 @@ class Trainer:
         self.env.close()
         if self.on_close is not None:
             self.on_close()
+
+
+#: What torch's CPU allocator says where it cannot allocate (a RuntimeError, not a MemoryError).
+CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """What ``error`` says, in one line, where it is the device or the host out of memory (torch's
+    ``OutOfMemoryError``, Python's or numpy's ``MemoryError``, torch's CPU allocator); None where
+    it is another error."""
+    text = str(error).strip()
+    if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and not (
+            isinstance(error, RuntimeError) and CPU_ALLOCATOR_FAILED in text):
+        return None
+    if CPU_ALLOCATOR_FAILED in text:
+        text = text[text.index(CPU_ALLOCATOR_FAILED):]
+    # CUDA's says "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
+    # ... of which ... is free. Including non-PyTorch memory, ...": its first three sentences.
+    sentences = [part.strip() for part in text.splitlines()[0].split(". ") if part.strip()] if text else []
+    return ". ".join(sentences[:3]).rstrip(".") or type(error).__name__
