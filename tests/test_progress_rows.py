@@ -210,3 +210,14 @@ def test_the_trust_region_is_never_active_without_it(tmp_path):
         active[trust_region] = max(float(row[name]) for row in rows for name in ("tr_active_frac", "off_tr_active_frac")
                                    if row[name] not in ("", "nan"))
     assert active[True] > 0 and active[False] == 0
+
+
+def test_a_score_of_millions_keeps_every_digit_in_progress_csv(tmp_path):
+    # `:.6g` wrote 3,703,701.75 as 3.7037e+06: the raw scores of Atlantis or Video Pinball lost digits.
+    from acer_sync.training.logger import Logger
+
+    logger = Logger(tmp_path)
+    logger.log({"total_timesteps": 100, "mean_episode_reward": 3703701.75, "eval_mean": -20.214317, "loss_q": 0.000178449123})
+    logger.close()
+    row = read_progress(tmp_path)[0]
+    assert (row["mean_episode_reward"], row["eval_mean"], row["loss_q"]) == ("3703701.75", "-20.2143", "0.000178449")

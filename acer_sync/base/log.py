@@ -9,6 +9,7 @@ standard output, warnings and errors on standard error, the message alone.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from contextlib import contextmanager
 
@@ -45,3 +46,12 @@ def console(verbose: int):
         if handler is not None:
             log.removeHandler(handler)
         log.setLevel(before)
+
+
+def number_text(value: float) -> str:
+    """``value`` with 6 significant digits, and every digit of its whole part (a score of
+    3,703,701.75 is ``3703701.75``, where ``:.6g`` wrote ``3.7037e+06``)."""
+    digits = 6
+    if math.isfinite(value) and abs(value) >= 1e5:
+        digits = int(math.log10(abs(value))) + 3
+    return f"{value:.{digits}g}"

@@ -26,6 +26,7 @@ from acer_sync.api.env_callables import is_callable_env
 from acer_sync.api.policy import Policy, load
 from acer_sync.base.config import MAX_SEED, PRECISIONS
 from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.base.log import number_text
 from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout.evaluation import EnvStep, evaluate
 from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, check_renders, render_headless, video_env
@@ -190,8 +191,8 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
             actions_part.unlink(missing_ok=True)
         env.close()
     for index, score in enumerate(scores, 1):
-        print(f"episode {index}: score {score:g}")
-    print(f"mean score over {len(scores)} episodes: {np.mean(scores):g} (std {np.std(scores):g})")
+        print(f"episode {index}: score {number_text(float(score))}")
+    print(f"mean score over {len(scores)} episodes: {number_text(float(np.mean(scores)))} (std {number_text(float(np.std(scores)))})")
     if args.video is not None:
         print(f"video: {args.video} ({recorder.frames} frames at {VIDEO_FPS} fps)")
     if args.actions is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 
 from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.base.log import number_text
 from acer_sync.training.checkpoint import atomic_write_text
 
 
@@ -146,5 +147,5 @@ def _step(text: str) -> float:
 
 def _format(value) -> str:
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return number_text(value)
     return str(value)
