@@ -12,6 +12,7 @@ import gymnasium as gym
 import multi_sensor_envs
 import numpy as np
 import pytest
+import torch
 
 import acer_sync
 
@@ -130,6 +131,17 @@ def test_make_envs_observations_give_one_action_as_the_envs_own_do(trained):
 def test_a_loaded_policy_knows_the_vector_env_its_run_stepped_in(tmp_path):
     # play.py --num-envs plays in it: an env whose kwargs the ALE vector env cannot take trained in another
     assert acer_sync.load(acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)).vec_env == "sync"
+
+
+def test_a_device_this_machine_has_not_is_one_line_given_as_a_name_or_a_torch_device(tmp_path):
+    # torch.device("cuda") skipped the check: "AssertionError: Torch not compiled with CUDA enabled";
+    # "mps" was a RuntimeError from torch either way.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)
+    absent = [name for name in ("cuda", "mps", "xpu") if not (name == "cuda" and torch.cuda.is_available())]
+    for device in [*absent, *map(torch.device, absent)]:
+        with pytest.raises(acer_sync.UserError, match=f"^--device {torch.device(device)} was asked for, but torch") as error:
+            acer_sync.load(run_dir, device=device)
+        assert "\n" not in str(error.value)
 
 
 def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_errors(tmp_path):

@@ -231,7 +231,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__}: {_in_one_line(error)}){changed}") from None
     info = check_env_fits(path, payload)
-    device = device if isinstance(device, torch.device) else select_device(device)
+    device = select_device(str(device))  # a torch.device too: checked as a name is
     n, start = int(spec["n_actions"]), payload["action_start"]
     if not isinstance(start, int) or isinstance(start, bool):
         raise UserError(f"{path} is not a usable acer_sync checkpoint: its action_start is {start!r}, not a whole number")

@@ -22,6 +22,12 @@ def select_device(name: str) -> torch.device:
         raise UserError(f"device must be auto, cpu, cuda or another torch device, got {name!r}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name} was asked for, but torch sees no CUDA device")
+    if device.type != "cpu":
+        try:
+            torch.empty(0, device=device)
+        except (RuntimeError, AssertionError) as error:  # another device torch knows and this machine has not (mps, cuda:7)
+            said = (str(error).strip() or type(error).__name__).splitlines()[0].split(". ")[0]
+            raise UserError(f"--device {name} was asked for, but torch cannot use it here ({said[:160]})") from None
     return device
 
 
