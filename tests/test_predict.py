@@ -144,6 +144,14 @@ def test_a_device_this_machine_has_not_is_one_line_given_as_a_name_or_a_torch_de
         assert "\n" not in str(error.value)
 
 
+def test_a_runs_checkpoints_folder_given_for_the_run_names_what_to_give(tmp_path):
+    # "RUN/checkpoints holds no checkpoint (RUN/checkpoints/checkpoints/latest.pt is missing)"
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)
+    with pytest.raises(acer_sync.UserError, match=f"^{run_dir / 'checkpoints'} is a run's checkpoints folder: give the run "
+                                                  f"directory, {run_dir}, or a .pt file in it$"):
+        acer_sync.load(run_dir / "checkpoints")
+
+
 def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_errors(tmp_path):
     policy = acer_sync.load(acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", network="lstm", **SMALL))
     obs = np.zeros(4, np.float32)
