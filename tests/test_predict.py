@@ -144,6 +144,16 @@ def test_a_device_this_machine_has_not_is_one_line_given_as_a_name_or_a_torch_de
         assert "\n" not in str(error.value)
 
 
+def test_load_leaves_the_callers_random_numbers_alone(tmp_path):
+    # Building the network before its weights load drew from torch's global generator.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    acer_sync.load(run_dir)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_a_runs_checkpoints_folder_given_for_the_run_names_what_to_give(tmp_path):
     # "RUN/checkpoints holds no checkpoint (RUN/checkpoints/checkpoints/latest.pt is missing)"
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)

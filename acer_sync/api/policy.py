@@ -225,7 +225,8 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         raise UserError(f"{path} was saved with precision {saved_precision!r}; this version knows {', '.join(PRECISIONS)}")
     precision = precision or saved_precision
     try:
-        model = network_from_spec(spec)
+        with torch.random.fork_rng(devices=[]):  # its initial weights, replaced by the saved ones, draw from the caller's generator
+            model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
