@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import acer_sync
 import acer_sync.training.callbacks
 from acer_sync.base.config import build_config
 from acer_sync.base.outcome import Stop
@@ -284,3 +285,20 @@ def test_the_evaluation_a_resume_at_the_total_plays_counts_in_the_runs_time(tmp_
     assert resumed.train().finished
     assert rows[0]["eval_seconds"] >= 0.5 and rows[0]["time_elapsed"] >= round(before + 0.5, 1)
     assert rows[0]["lr"] != rows[0]["lr"]  # NaN: no update in the row
+
+
+def test_play_with_an_evaluations_seed_replays_its_greedy_games_score_for_score(tmp_path, capsys):
+    # docs/training.md: an evaluation at step S seeds its envs with seed + 1_000_003 * (1 + S // eval_every).
+    from acer_sync.cli import play
+
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, seed=3, num_envs=2, vec_env="sync", device="cpu", hidden="16", threads=1,
+                    total_timesteps=400, eval_every=200, eval_episodes=4, eval_greedy=True, progress_bar=False, verbose=0)
+    with open(run_dir / "progress.csv", newline="") as handle:
+        last = list(csv.DictReader(handle))[-1]
+    step = int(last["total_timesteps"])
+    assert step == 400 and int(last["eval_episodes"]) == 4
+    capsys.readouterr()
+    play.main([str(run_dir), "--seed", str(3 + 1_000_003 * (1 + step // 200)), "--num-envs", "2", "--episodes", "4", "--greedy"])
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert said == f"mean score over 4 episodes: {last['eval_mean']} (std {last['eval_std']})"
