@@ -144,6 +144,20 @@ def test_a_device_this_machine_has_not_is_one_line_given_as_a_name_or_a_torch_de
         assert "\n" not in str(error.value)
 
 
+def test_a_checkpoint_whose_config_lacks_a_setting_loads_it_at_its_default(tmp_path):
+    # KeyError: 'env_kwargs' from acer_sync.load, a traceback.
+    from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
+
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)
+    payload = load_checkpoint(run_dir)
+    for name in ("env_kwargs", "precision", "vec_env"):
+        del payload["config"][name]
+    save_checkpoint(tmp_path / "cut.pt", payload)
+    policy = acer_sync.load(tmp_path / "cut.pt")
+    assert policy.env_kwargs == {} and policy.precision == "fp32"
+    assert np.ndim(policy.predict(np.zeros(4, np.float32))[0]) == 0
+
+
 def test_load_leaves_the_callers_random_numbers_alone(tmp_path):
     # Building the network before its weights load drew from torch's global generator.
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", **SMALL)

@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector.utils import batch_space, iterate
 
 from acer_sync.api.env_callables import callable_is_shared
-from acer_sync.base.config import PRECISIONS, Config
+from acer_sync.base.config import PRECISIONS, Config, setting_defaults
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
 from acer_sync.nets.build import image_rule_hint, in_saved_form, model_spec, select_device
@@ -218,8 +218,9 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     payload = load_run_checkpoint(path)
+    # a setting its config lacks (a file written by hand, or cut down) is read at its default, as format 1's are
+    payload["config"] = config = {**setting_defaults(), **payload["config"]}
     spec, env_id = payload["model_spec"], str(payload["env_id"])
-    config = payload["config"]
     saved_precision = str(config["precision"])
     if saved_precision not in PRECISIONS:
         raise UserError(f"{path} was saved with precision {saved_precision!r}; this version knows {', '.join(PRECISIONS)}")
