@@ -960,7 +960,7 @@ def collecting_threads() -> list[threading.Thread]:
 
 
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])
-@pytest.mark.parametrize("where, at", [("learn", 40), ("act", 150)])
+@pytest.mark.parametrize("where, at", [("learn", 1), ("learn", 40), ("act", 150)])
 def test_a_torso_that_raises_mid_run_saves_where_the_run_stood_and_gives_the_process_back(tmp_path, pipeline, where, at):
     # It wrote no checkpoint (a run at 1M steps lost up to --checkpoint-every of them), no last
     # row, closed no envs, and left the process with the run's thread count and its SIGALRM handler;
@@ -978,6 +978,12 @@ def test_a_torso_that_raises_mid_run_saves_where_the_run_stood_and_gives_the_pro
     assert int(last["total_timesteps"]) == step and int(last["episodes"]) == saved["counters"]["episodes"]
     assert torch.get_num_threads() == threads and signal.getsignal(signal.SIGALRM) == alarm
     assert len(collecting_threads()) == collecting
+    if at == 1:  # the first update failed: its segment is unlearned, and the resume's checks take the checkpoint
+        # ("the checkpoint's counters disagree: 0 updates for 1 iterations"), then its torso fails again
+        assert saved["counters"]["unlearned_segments"] == 1
+        with pytest.raises(RuntimeError, match="^torso bug"):  # overlapped, in its second iteration's update
+            acer_sync.api.runs.run(resume=run_dir, total_timesteps=step + 80, progress_bar=False, verbose=0)
+        return
     resumed = acer_sync.api.runs.run(resume=run_dir, total_timesteps=step + 40, progress_bar=False, verbose=0)
     assert resumed.finished and resumed.timesteps == step + 40
 
@@ -1014,6 +1020,52 @@ def test_out_of_memory_mid_run_is_one_line_exit_7_with_a_checkpoint(tmp_path, er
     line = error_line(result, 7)
     step = load_checkpoint(run_dir)["counters"]["timesteps"]
     assert line == f"train.py: error: out of memory at step {step} ({said}); saved a checkpoint at step {step}"
+
+
+@pytest.mark.parametrize("error", ["oom", "runtime"])
+def test_a_failure_whose_final_checkpoint_cannot_be_written_says_both(tmp_path, monkeypatch, caplog, error):
+    # "out of memory at step 400 (...); saved a checkpoint at step 400; then cannot write ...": the
+    # save had failed; and after a torso's exception the full disk was said nowhere.
+    def full_disk(path, payload):
+        raise WriteFailed(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    monkeypatch.setattr(acer_sync.training.callbacks, "save_checkpoint", full_disk)
+    run_dir = tmp_path / "run"
+    settings = dict(run_dir=run_dir, torso="user_torsos:FailsAt", torso_kwargs={"error": error, "at": 40}, total_timesteps=4000,
+                    progress_bar=False, **SMALL)
+    latest = run_dir / "checkpoints" / LATEST
+    if error == "oom":
+        outcome = acer_sync.api.runs.run("CartPole-v1", **settings)
+        assert outcome.stop is Stop.WRITE_FAILED
+        assert outcome.error == (f"out of memory at step {outcome.timesteps} (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+                                 f"a total capacity of 79.11 GiB of which 1.20 GiB is free); then cannot write {latest}: No space "
+                                 "left on device; no checkpoint was written")
+        return
+    with caplog.at_level(logging.WARNING, logger="acer_sync"), pytest.raises(RuntimeError, match="^torso bug") as raised:
+        acer_sync.train("CartPole-v1", **settings)
+    assert raised.value.__notes__[0].endswith("; no checkpoint was written")
+    assert f"warning: cannot write {latest}: No space left on device; no checkpoint was written" in caplog.messages
+
+
+def test_a_keyboard_interrupt_that_no_signal_sent_is_interrupted_130_naming_the_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_train("--env", "CartPole-v1", "--torso", "user_torsos:FailsAt", "--torso-kwargs", "error=keyboard", "at=40",
+                       "--num-envs", "2", "--vec-env", "sync", "--total-timesteps", "4000", "--eval-every", "0", "--run-dir", str(run_dir))
+    step = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.splitlines() == [
+        "train.py: interrupted", f"acer_sync: the run in {run_dir} stopped at step {step}; checkpoints/latest.pt holds step {step}"]
+
+
+def test_the_out_of_memory_errors_of_cuda_and_its_libraries_are_named_as_they_are():
+    from acer_sync.training.trainer import out_of_memory
+
+    assert out_of_memory(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be reported asynchronously")) == \
+        "CUDA error: out of memory"
+    assert out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")) == \
+        "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    assert out_of_memory(MemoryError()) == "MemoryError"
+    assert out_of_memory(RuntimeError("torso bug")) is None and out_of_memory(ValueError("out of memory")) is None
 
 
 def test_an_exception_in_an_update_while_the_envs_collect_exits_1_with_its_traceback(tmp_path):

@@ -217,7 +217,9 @@ def test_a_score_of_millions_keeps_every_digit_in_progress_csv(tmp_path):
     from acer_sync.training.logger import Logger
 
     logger = Logger(tmp_path)
-    logger.log({"total_timesteps": 100, "mean_episode_reward": 3703701.75, "eval_mean": -20.214317, "loss_q": 0.000178449123})
+    logger.log({"total_timesteps": 100, "mean_episode_reward": 3703701.75, "eval_mean": -20.214317, "loss_q": 0.000178449123,
+                "grad_norm": 3.4e38})
     logger.close()
     row = read_progress(tmp_path)[0]
     assert (row["mean_episode_reward"], row["eval_mean"], row["loss_q"]) == ("3703701.75", "-20.2143", "0.000178449")
+    assert row["grad_norm"] == "3.4e+38"  # not 39 digits, most of them float64's noise

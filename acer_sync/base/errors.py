@@ -159,9 +159,11 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
         name = str(error.filename or "")
         print_error(prog, f"a file name is longer than the file system takes: {name[:60]}{'...' if len(name) > 60 else ''}")
         sys.exit(EXIT_USER_ERROR)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         name = signal.Signals(_last_stop[0]).name if _last_stop is not None else "SIGINT"
         print(f"{prog}: interrupted" + (f" by {name}" if name != "SIGINT" else ""), file=sys.stderr)
+        for note in getattr(interrupt, "__notes__", ()):  # a run's, which one that no signal sent stopped: its checkpoint
+            print(note, file=sys.stderr)
         code = EXIT_INTERRUPTED
     if code == EXIT_INTERRUPTED:
         STOP_SIGNALLED.set()

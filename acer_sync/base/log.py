@@ -49,9 +49,9 @@ def console(verbose: int):
 
 
 def number_text(value: float) -> str:
-    """``value`` with 6 significant digits, and every digit of its whole part (a score of
-    3,703,701.75 is ``3703701.75``, where ``:.6g`` wrote ``3.7037e+06``)."""
+    """``value`` with 6 significant digits, and every digit of its whole part below 1e15 (a score
+    of 3,703,701.75 is ``3703701.75``, where ``:.6g`` wrote ``3.7037e+06``)."""
     digits = 6
-    if math.isfinite(value) and abs(value) >= 1e5:
+    if math.isfinite(value) and 1e5 <= abs(value) < 1e15:  # beyond, float64 holds no more digits worth a column
         digits = int(math.log10(abs(value))) + 3
     return f"{value:.{digits}g}"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -77,12 +76,11 @@ class Runner:
         with self._between_calls:
             self._abandoned = True
 
-    @contextlib.contextmanager
-    def _unless_abandoned(self) -> Iterator[None]:
-        with self._between_calls:
-            if self._abandoned:
-                raise CollectionAbandoned("the collection was given up after its env call timed out")
-            yield
+    def _raise_if_abandoned(self) -> None:
+        """Called holding ``_between_calls`` (a plain ``with`` of the lock: a generator's context
+        manager cost 3.6 µs a vector step, a tenth of a small classic-control step)."""
+        if self._abandoned:
+            raise CollectionAbandoned("the collection was given up after its env call timed out")
 
     def reset(self, seed: int | None) -> None:
         with torch.cuda.stream(self.stream):  # a no-op for None
@@ -107,19 +105,23 @@ class Runner:
         for array, tensor in zip(segment.state, actor.state, strict=True):
             array[...] = tensor.float().cpu().numpy()
         segment.timeout_values[...] = 0.0
+        between_calls = self._between_calls
         for t in range(T):
-            with self._unless_abandoned():
+            with between_calls:
+                self._raise_if_abandoned()
                 parts.assign(segment.frames, t, self.frames)
                 segment.firsts[t] = actor.first
                 with self.timer("acting"):
                     segment.actions[t], segment.mu[t] = actor.act()
             with self.timer("env"):
                 next_frames, raw_rewards, terminated, truncated, lives = self.env.step(dist.env_actions(segment.actions[t]))
-                with self._unless_abandoned():
+                with between_calls:
+                    self._raise_if_abandoned()
                     segment.rewards[t], segment.dones[t], game_over = self.tracker.step(raw_rewards, terminated, truncated, lives)
                     if self.reward_scale != 1.0:
                         segment.rewards[t] *= self.reward_scale
-            with self._unless_abandoned():
+            with between_calls:
+                self._raise_if_abandoned()
                 cut = truncated & ~terminated & self.env.final_mask
                 if cut.any():
                     with self.timer("acting"):

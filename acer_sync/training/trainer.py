@@ -83,10 +83,12 @@ class Trainer:
         self.acting, self.collector = parts.acting, parts.collector
         #: On CUDA with the buffer in host memory, batches upload on a side stream beside the updates.
         self.side_stream = SideStream(self.device, enabled=self.buffer.device.type == "cpu")
-        #: Overlapped: the buffer's newest segment awaits its on-policy update.
+        #: The buffer's newest segment awaits its on-policy update (overlapped, until the next
+        #: iteration's; serial, while learn() runs: a checkpoint after a failed update counts it unlearned).
         self.pending_update = False
         counters = counters or {}
-        #: Overlapped: segments that got no on-policy update (the newest one of each earlier session).
+        #: Segments that got no on-policy update (overlapped, the newest one of each earlier session;
+        #: one whose update failed).
         self.unlearned_segments = int(counters.get("unlearned_segments", 0))
         self.timesteps = int(counters.get("timesteps", 0))
         self.iterations = int(counters.get("iterations", 0))
@@ -120,6 +122,7 @@ class Trainer:
         """
         if self.collector is None:
             self.collect()
+            self.pending_update = True
             self.learn()
             return
         if not self.pending_update:
@@ -130,8 +133,7 @@ class Trainer:
         with self._dropped_if_broken():
             self.collector.start()
             try:
-                self.learn()
-                self.pending_update = False  # until k+1 is stored: a checkpoint after an env fault in k+1 counts k as learned
+                self.learn()  # k learned (pending_update False) until k+1 is stored: a checkpoint after an env fault in k+1 counts it so
                 with self.timer("collect_wait"):  # the learner done, waiting for the envs' thread
                     segment = self.collector.wait(self.config.env_timeout, self.stop.stopped, STOP_GRACE_SECONDS)
             except BaseException as error:
@@ -193,6 +195,7 @@ class Trainer:
         with timer("on_policy_update"):
             self.update_stats.add(self.agent.update(batch, self.lr), off_policy=False)
         self.updates += 1
+        self.pending_update = False
         self.learned_lr = self.lr  # overlapped, self.lr moves on to the next segment's before the row is written
         if cfg.replay_ratio > 0 and self.buffer.num_steps_stored >= cfg.replay_start:
             for _ in range(self.sampler.poisson(cfg.replay_ratio)):
@@ -277,7 +280,7 @@ class Trainer:
             # a stop signal, an env that hung past the grace period, or workers that the signal
             # ended too (a SIGTERM to the process group), are part of that stop.
             stop_kind = Stop.INTERRUPTED if stop.signal_name is not None else env_stop(error)
-            return self._end(self._outcome(stop_kind, f"{error}; saved a checkpoint at step {self.timesteps}"))
+            return self._end(self._outcome(stop_kind, str(error)), say_saved=True)
         except WriteFailed as error:
             if stop.interrupted_twice:  # the second signal broke the write: train() exits at once
                 raise
@@ -293,9 +296,8 @@ class Trainer:
                 raise
             memory = out_of_memory(error)
             if memory is not None:
-                return self._end_despite(self._outcome(
-                    Stop.OUT_OF_MEMORY, f"out of memory at step {self.timesteps} ({memory}); saved a checkpoint at step {self.timesteps}",
-                ))
+                return self._end_despite(self._outcome(Stop.OUT_OF_MEMORY, f"out of memory at step {self.timesteps} ({memory})"),
+                                         say_saved=True)
             # A bug (a torso of yours, or acer_sync's), or a KeyboardInterrupt that no signal sent:
             # the run ends as after a failed callback, with a checkpoint of where it stood, the
             # envs closed and the process's settings given back, and the exception goes on.
@@ -312,11 +314,14 @@ class Trainer:
             return self._end(self._outcome(Stop.CALLBACK, message=message))
         return self._end(self._outcome(Stop.INTERRUPTED if stop.signal_name is not None else Stop.FINISHED))
 
-    def _end(self, outcome: Outcome) -> Outcome:
+    def _end(self, outcome: Outcome, say_saved: bool = False) -> Outcome:
         """The callbacks' ``on_training_end`` (the checkpoint is saved there), then :meth:`close`.
-        A write that fails there (the final checkpoint on a full disk) becomes the outcome."""
+        A write that fails there (the final checkpoint on a full disk) becomes the outcome.
+        ``say_saved``: the error line then says the step of the checkpoint written."""
         try:
             self.callbacks.on_training_end(self, outcome)
+            if say_saved and self.checkpoint_step == self.timesteps:
+                outcome = dataclasses.replace(outcome, error=f"{outcome.error}; saved a checkpoint at step {self.timesteps}")
         except WriteFailed as error:
             # A second signal inside torch.save leaves its zip writer mid-record, and the writer's
             # close then fails ("unexpected pos"): not a full disk, the second signal's exit.
@@ -328,19 +333,24 @@ class Trainer:
             self.close()
         return dataclasses.replace(outcome, checkpoint_step=self.checkpoint_step)
 
-    def _end_despite(self, outcome: Outcome) -> Outcome:
+    def _end_despite(self, outcome: Outcome, say_saved: bool = False) -> Outcome:
         """:meth:`_end` after a failure (``outcome``): an exception while the run ends (the final
         save after a memory error, a user callback's ``on_training_end``) does not replace the
-        failure; it is said in the outcome (a warning line where the outcome is not returned)."""
+        failure; it is said in the outcome. Where the outcome is not returned (the failure's
+        exception propagates), what went wrong while ending (a full disk) is a warning line."""
+        raised = outcome.stop in (Stop.CRASHED, Stop.CALLBACK_FAILED)
         try:
-            return self._end(outcome)
+            ended = self._end(outcome, say_saved)
         except Exception as error:  # noqa: BLE001 - the failure that ended the run is the one to report
             if self.stop.interrupted_twice:
                 raise
             said = f"{type(error).__name__} while the run ended: {error}; {self._checkpoint_kept()}"
-            if outcome.stop in (Stop.CRASHED, Stop.CALLBACK_FAILED):
-                log.warning(said)
+            if raised:
+                log.warning(f"warning: {said}")
             return self._outcome(outcome.stop, f"{outcome.error}; then {said}")
+        if raised and ended.stop is not outcome.stop:  # the final checkpoint's write failed
+            log.warning(f"warning: {ended.error.removeprefix(outcome.error + '; then ')}")
+        return ended
 
     def _second_stop(self) -> str:
         """What cut the run short, in words: "second SIGINT", "SIGTERM after SIGINT", or a
@@ -378,8 +388,10 @@ class Trainer:
             self.on_close()
 
 
-#: What torch's CPU allocator says where it cannot allocate (a RuntimeError, not a MemoryError).
-CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
+#: What torch's CPU allocator says where it cannot allocate (a RuntimeError, not a MemoryError),
+#: and CUDA's libraries where they could not (a RuntimeError: a kernel's, cuBLAS's or cuDNN's workspace).
+OUT_OF_MEMORY_TEXTS = ("DefaultCPUAllocator: can't allocate memory", "CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED",
+                       "CUDNN_STATUS_ALLOC_FAILED")
 
 
 def out_of_memory(error: BaseException) -> str | None:
@@ -387,11 +399,11 @@ def out_of_memory(error: BaseException) -> str | None:
     ``OutOfMemoryError``, Python's or numpy's ``MemoryError``, torch's CPU allocator); None where
     it is another error."""
     text = str(error).strip()
-    if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and not (
-            isinstance(error, RuntimeError) and CPU_ALLOCATOR_FAILED in text):
+    said = next((said for said in OUT_OF_MEMORY_TEXTS if said in text), None) if isinstance(error, RuntimeError) else None
+    if not isinstance(error, (torch.OutOfMemoryError, MemoryError)) and said is None:
         return None
-    if CPU_ALLOCATOR_FAILED in text:
-        text = text[text.index(CPU_ALLOCATOR_FAILED):]
+    if said is not None:
+        text = text[text.index(said):]
     # CUDA's says "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
     # ... of which ... is free. Including non-PyTorch memory, ...": its first three sentences.
     sentences = [part.strip() for part in text.splitlines()[0].split(". ") if part.strip()] if text else []
