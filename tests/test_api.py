@@ -1,6 +1,7 @@
 """The Python API: acer_sync.train / load / Policy.predict / make_env, and its errors."""
 
 import json
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -444,3 +445,38 @@ def test_settings_the_run_does_not_use_get_one_warning(tmp_path, caplog):
         acer_sync.train("CartPole-v1", run_dir=tmp_path / "preset", trust_region=False, delta=PRESETS["classic"].get("delta", 1.0),
                         lstm_norm="none", progress_bar=False, **SMALL)
     assert not [record for record in caplog.records if "does not use" in record.getMessage()]
+
+
+def test_each_message_shows_once_where_the_program_shows_log_records_itself(tmp_path, capsys):
+    # After logging.basicConfig, every line of the run came twice: ours on stdout, the root's on stderr.
+    import logging
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root.addHandler(handler)
+    try:
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, num_envs=2, vec_env="sync", eval_every=0,
+                        progress_bar=False)
+    finally:
+        root.removeHandler(handler)
+    said = capsys.readouterr()
+    assert "run directory" not in said.out
+    assert said.err.count(f"acer_sync INFO run directory: {tmp_path / 'run'}") == 1
+
+
+def test_a_message_while_the_progress_bar_is_drawn_gets_a_line_of_its_own(capsys):
+    # Written as it was, "…0/10 [00:00<?, ?step/s]" ran on with the message on the terminal's line.
+    from tqdm import tqdm
+
+    from acer_sync.base.log import console, log
+
+    with console(1):
+        bar = tqdm(total=10, file=sys.stderr, bar_format="[{n}/{total}]")
+        bar.update(3)
+        log.info("reached the reward")
+        bar.close()
+    said = capsys.readouterr()
+    assert said.out == "reached the reward\n"
+    cleared = said.err.index("\r      \r")  # the bar taken off its line before the message, then drawn again
+    assert said.err.startswith("\r[0/10]") and "[3/10]" in said.err[cleared:]

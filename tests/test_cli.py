@@ -9,6 +9,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_play_plays_the_checkpoint_and_writes_a_video_and_its_steps(pong_run, tm
     video, actions = tmp_path / "pong.mp4", tmp_path / "steps.csv"
     result = run("play.py", pong_run, "--episodes", "1", "--video", video, "--actions", actions)
     assert result.returncode == 0, result.stderr
-    assert "episode 1: score" in result.stdout and "mean score over 1 episodes" in result.stdout
+    assert "episode 1: score" in result.stdout and "mean score over 1 episode:" in result.stdout
     capture = cv2.VideoCapture(str(video))
     frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
     ok, frame = capture.read()
@@ -411,3 +412,48 @@ def test_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, signum):
     payload = load_checkpoint(run_dir)
     assert payload["counters"]["timesteps"] > 0
     assert int(read_progress(run_dir)[-1]["total_timesteps"]) <= payload["counters"]["timesteps"]
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "cartpole"
+    result = run("train.py", "--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "2", "--total-timesteps", "200",
+                 "--eval-every", "0", "--no-progress", "--run-dir", run_dir)
+    assert result.returncode == 0, result.stderr
+    return run_dir
+
+
+def test_play_says_each_score_as_its_game_ends_and_their_mean_when_interrupted(cartpole_run):
+    # It said nothing until every game was played, and Ctrl-C lost the games played.
+    process = subprocess.Popen([sys.executable, str(ROOT / "play.py"), str(cartpole_run), "--episodes", "1000000"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(60, process.kill)  # a play.py that says nothing before its end would never let readline return
+    watchdog.start()
+    first = process.stdout.readline()
+    watchdog.cancel()
+    assert first.startswith("episode 1: score ")
+    process.send_signal(signal.SIGINT)
+    rest, err = process.communicate(timeout=60)
+    lines = [first, *rest.splitlines()]
+    assert process.returncode == 130 and err == "play.py: interrupted\n"
+    assert all(line.startswith(f"episode {index}: score ") for index, line in enumerate(lines[:-1], 1))
+    mean = re.fullmatch(r"mean score over (\d+) episodes?: \S+ \(std \S+\) \(interrupted; 1000000 asked for\)", lines[-1])
+    assert mean and int(mean[1]) in (len(lines) - 1, len(lines) - 2)  # the signal may land between a game's line and its count
+
+
+@pytest.mark.parametrize("script", ["train.py", "play.py"])
+def test_a_reader_that_goes_away_ends_nothing_and_prints_no_traceback(cartpole_run, tmp_path, script):
+    # `train.py ... | head -1`: a "--- Logging error --- BrokenPipeError" for each line, then a traceback and exit 1.
+    args = ["--env", "CartPole-v1", "--vec-env", "sync", "--num-envs", "2", "--total-timesteps", "2000", "--eval-every", "0",
+            "--no-progress", "--run-dir", str(tmp_path / "run")] if script == "train.py" else [str(cartpole_run), "--episodes", "50"]
+    process = subprocess.Popen([sys.executable, str(ROOT / script), *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read()
+    process.wait(timeout=120)
+    assert err == ""
+    if script == "train.py":  # the run finished, and says so in its code
+        assert process.returncode == 0 and load_checkpoint(tmp_path / "run")["counters"]["timesteps"] == 2000
+    else:
+        assert process.returncode == 141  # as a pipe's other tools end (yes | head -1)

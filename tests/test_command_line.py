@@ -119,7 +119,7 @@ def test_pip_install_puts_the_console_scripts_on_the_path(tmp_path):
     assert trained.stdout.strip().splitlines()[-1].startswith("acer-train: finished: 1,600 steps")
     played = run([str(target / "bin" / "acer-sync"), "play", "run", "--episodes", "1"], cwd=away, env=env)
     assert played.returncode == 0, played.stderr
-    assert "mean score over 1 episodes" in played.stdout
+    assert "mean score over 1 episode:" in played.stdout
     line = one_line_error(run([str(target / "bin" / "acer-plot"), "nothing"], cwd=away, env=env))
     assert line.startswith("acer-plot: error: ")
 

@@ -21,14 +21,17 @@ from acer_sync.base.outcome import Outcome, Stop
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 __all__ = [
-    "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "PolicyNotFinite", "UserError",
-    "WriteFailed", "delivered_again", "env_stop", "exit_code", "names_a_path", "print_error", "run_cli", "signal_stop",
+    "EXIT_BROKEN_PIPE", "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "PolicyNotFinite", "UserError",
+    "WriteFailed", "delivered_again", "env_stop", "exit_code", "names_a_path", "print_error", "run_cli", "say", "signal_stop", "stdout_to_devnull",
 ]
 
 #: sweep.py: some trial failed for good (after its restarts); the others ran to the end.
 EXIT_TRIAL_FAILED = 1
 #: Bad input: flags, env id, files, settings.
 EXIT_USER_ERROR = 2
+#: A script whose standard output's reader went away before it was done (128 + SIGPIPE, as shells
+#: report a command a closed pipe ended: ``yes | head -1``). train.py's run ends with its own code.
+EXIT_BROKEN_PIPE = 141
 #: After SIGINT or SIGTERM (128 + SIGINT, as shells report Ctrl-C). train.py writes a checkpoint
 #: first; a second SIGINT exits at once and keeps the previous checkpoint.
 EXIT_INTERRUPTED = 130
@@ -123,6 +126,23 @@ def _reason(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def stdout_to_devnull() -> None:
+    """Standard output's reader went away: what is still written to it goes nowhere (Python's
+    last flush at exit would print a BrokenPipeError of its own)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind it (a test's capture)
+        pass
+
+
+def say(line: str) -> None:
+    """``print(line)`` to standard output, flushed; where its reader went away (``| head``), nothing."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        stdout_to_devnull()
+
+
 def print_error(prog: str, message: str) -> None:
     """The one form of an error line: ``prog: error: message`` on stderr."""
     print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
@@ -153,6 +173,9 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     except (WriteFailed, EnvFailed) as error:  # outside a run (play.py): a run turns them into its outcome
         print_error(prog, str(error))
         sys.exit(EXIT_CODES[Stop.WRITE_FAILED if isinstance(error, WriteFailed) else env_stop(error)])
+    except BrokenPipeError:  # what main printed had no reader any more (| head): quiet, as a pipe's other tools are
+        stdout_to_devnull()
+        code = EXIT_BROKEN_PIPE
     except OSError as error:
         if error.errno != errno.ENAMETOOLONG:  # a path argument of over 255 characters, asked whether it exists
             raise

@@ -13,30 +13,45 @@ import math
 import sys
 from contextlib import contextmanager
 
+from tqdm import tqdm
+
 log = logging.getLogger("acer_sync")
 
 
 class ConsoleHandler(logging.Handler):
     """INFO to ``sys.stdout``, WARNING and above to ``sys.stderr``, as they are when a record comes
-    (a sweep trial's stdout is a stream that puts its name before each line), the message alone."""
+    (a sweep trial's stdout is a stream that puts its name before each line), the message alone.
+    Written through tqdm, which takes a progress bar off the terminal's line and draws it again
+    below the message (written as it was, the message ran on from the bar's end)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
         try:
-            stream.write(self.format(record) + "\n")
+            tqdm.write(self.format(record), file=stream)
             stream.flush()
+        except BrokenPipeError:  # the reader went away (| head): the run goes on, unheard
+            pass
         except Exception:  # a closed or broken stream must not stop the run
             self.handleError(record)
+
+
+def shown_by_the_program() -> bool:
+    """Whether the program shows log records on the terminal already: a handler of the root
+    logger that writes to standard output or error (``logging.basicConfig``'s). The library's
+    records reach it too, so a console handler of the library's would show each twice."""
+    terminal = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    return any(isinstance(handler, logging.StreamHandler) and handler.stream in terminal for handler in logging.getLogger().handlers)
 
 
 @contextmanager
 def console(verbose: int):
     """While the block runs, show the library's messages: ``verbose`` 1 (or more) shows INFO and
     above, 0 errors only. Where the program gave the ``acer_sync`` logger a handler of its own,
-    it is left to that handler; ``verbose`` sets only the level."""
+    or shows log records on the terminal itself (:func:`shown_by_the_program`), they are left to
+    its handlers; ``verbose`` sets only the level."""
     level = logging.INFO if verbose >= 1 else logging.ERROR
     before = log.level
-    handler = None if log.handlers else ConsoleHandler()
+    handler = None if log.handlers or shown_by_the_program() else ConsoleHandler()
     log.setLevel(level)
     if handler is not None:
         log.addHandler(handler)

@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     # the video is: a failed play leaves neither, and whatever was there before stays.
     actions_part = None if args.actions is None else args.actions.with_name(f".{args.actions.name}.{os.getpid()}.tmp")
     log_file = None
+    scores: list[float] = []
     try:
         listeners = [recorder] if recorder is not None else []
         if actions_part is not None:
@@ -166,10 +167,14 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
             except OSError as error:
                 raise WriteFailed(args.actions, error) from None
 
-        scores = evaluate(
+        def on_score(score: float) -> None:  # said as each game ends: a 100-game Pong evaluation takes minutes
+            print_line(f"episode {len(scores) + 1}: score {number_text(float(score))}")
+            scores.append(score)
+
+        evaluate(
             model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
             generator=torch.Generator(device=device).manual_seed(args.seed),
-            on_step=on_step if listeners else None, precision=policy.precision,
+            on_step=on_step if listeners else None, precision=policy.precision, on_score=on_score,
         )
         if recorder is not None:
             recorder.finish()
@@ -179,6 +184,10 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
                 os.replace(actions_part, args.actions)
             except OSError as error:
                 raise WriteFailed(args.actions, error) from None
+    except KeyboardInterrupt:  # the games played so far are not lost: their mean, then "interrupted"
+        if scores:
+            print_line(mean_line(scores) + f" (interrupted; {args.episodes} asked for)")
+        raise
     finally:
         if recorder is not None:
             recorder.discard()
@@ -190,12 +199,22 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         if actions_part is not None:
             actions_part.unlink(missing_ok=True)
         env.close()
-    for index, score in enumerate(scores, 1):
-        print(f"episode {index}: score {number_text(float(score))}")
-    print(f"mean score over {len(scores)} episodes: {number_text(float(np.mean(scores)))} (std {number_text(float(np.std(scores)))})")
+    print_line(mean_line(scores))
     if args.video is not None:
-        print(f"video: {args.video} ({recorder.frames} frames at {VIDEO_FPS} fps)")
+        print_line(f"video: {args.video} ({recorder.frames} frames at {VIDEO_FPS} fps)")
     if args.actions is not None:
-        print(f"actions: {args.actions} (one row per agent step)")
+        print_line(f"actions: {args.actions} (one row per agent step)")
     return 0
+
+
+def print_line(line: str) -> None:
+    """A line of play.py's, flushed (scores come as games end); where its reader went away (``| head``),
+    the BrokenPipeError ends play.py as the pipe's other tools end (exit 141, as `run_cli` ends it)."""
+    print(line, flush=True)
+
+
+def mean_line(scores: list[float]) -> str:
+    """``mean score over N episodes: MEAN (std STD)``."""
+    games = f"{len(scores)} episode{'s' if len(scores) != 1 else ''}"
+    return f"mean score over {games}: {number_text(float(np.mean(scores)))} (std {number_text(float(np.std(scores)))})"
 

@@ -7,7 +7,7 @@ import sys
 
 from acer_sync.api import runs as api
 from acer_sync.base.config_file import load_config_file
-from acer_sync.base.errors import UserError, exit_code
+from acer_sync.base.errors import UserError, exit_code, say
 from acer_sync.base.outcome import Outcome
 from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float, path
 from acer_sync.cli.plot import read_progress
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None, prog: str = "train.py") -> int:
     )
     line = summary_line(outcome, prog)
     if line:
-        print(line, flush=True)
+        say(line)
     return exit_code(outcome, prog)
 
 

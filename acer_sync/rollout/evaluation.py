@@ -37,6 +37,7 @@ def evaluate(
     precision: str = "fp32",
     cancelled: Callable[[], bool] | None = None,
     envs_name: str = "env",
+    on_score: Callable[[float], None] | None = None,
 ) -> list[float]:
     """Play ``episodes`` full games and return their raw scores.
 
@@ -54,6 +55,7 @@ def evaluate(
     Once ``cancelled()`` is true (a stop signal in training), it returns the games finished so far,
     after the env step it was asked in. The network plays in evaluation mode (:func:`evaluation_mode`).
     ``envs_name`` is what errors call its envs ("evaluation env" in a training's evaluation).
+    ``on_score`` gets each game's score as it ends (play.py prints it then).
     """
     with evaluation_mode(model):
         n = env.num_envs
@@ -79,6 +81,8 @@ def evaluate(
                 if played[env_index] < quota[env_index]:
                     played[env_index] += 1
                     scores.append(score)
+                    if on_score is not None:
+                        on_score(score)
             if on_step is not None:
                 on_step(EnvStep(env_actions, forced, raw_rewards, lives, game_over))
     return scores
