@@ -102,6 +102,8 @@ def test_a_signal_after_an_evaluation_saves_exits_130_and_the_run_resumes(tmp_pa
     assert f"{signal.Signals(signum).name} received" in stdout and "Traceback" not in stderr
     saved_steps = load_checkpoint(run_dir)["counters"]["timesteps"]
     assert saved_steps >= 400
+    # the summary names the signal (it said "stopped by SIGINT or SIGTERM" for either)
+    assert stdout.splitlines()[-1].startswith(f"train.py: stopped by {signal.Signals(signum).name}: {saved_steps:,} steps in ")
 
     resumed = subprocess.run(
         [*train, "--resume", str(run_dir), "--total-timesteps", str(saved_steps + 160), "--no-progress"],

@@ -69,7 +69,7 @@ class TrainingStopped(RuntimeError):
     """
 
     def __init__(self, outcome: Outcome):
-        reason = outcome.error or f"{outcome.stop.value} at step {outcome.timesteps}"
+        reason = outcome.error or f"{outcome.message or outcome.stop.value} at step {outcome.timesteps}"
         if has_checkpoint(outcome.run_dir):  # not a run that never started
             reason += f"; continue it with acer_sync.train(resume={str(outcome.run_dir)!r})"
         super().__init__(reason)

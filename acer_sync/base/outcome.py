@@ -57,7 +57,8 @@ class Outcome:
     :param timesteps: the agent steps trained when it stopped.
     :param error: what went wrong, in one line, for an ``error:`` line; empty when nothing did
         (the run finished, or stopped for a first signal after saving its checkpoint).
-    :param message: why a callback stopped the run (:attr:`Stop.CALLBACK`), in one line.
+    :param message: why a callback stopped the run (:attr:`Stop.CALLBACK`), in one line; for
+        :attr:`Stop.INTERRUPTED`, which signal it was (``stopped by SIGTERM``).
     :param checkpoint_step: the step ``checkpoints/latest.pt`` holds once the run ended (None:
         none was written, or not known).
     """

@@ -8,7 +8,7 @@ import sys
 from acer_sync.api import runs as api
 from acer_sync.base.config_file import load_config_file
 from acer_sync.base.errors import UserError, exit_code, say
-from acer_sync.base.outcome import Outcome
+from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.cli.args import OneLineParser, add_config_flags, config_overrides, finite_float, path
 from acer_sync.cli.plot import read_progress
 from acer_sync.training.callbacks import StopTrainingOnReward
@@ -95,7 +95,8 @@ def summary_line(outcome: Outcome, prog: str) -> str:
     evals = [value for value in columns.get("eval_mean", []) if math.isfinite(value)]
     if evals:
         parts.append(f"best evaluation {max(evals):.2f}")
-    how = "finished" if outcome.finished else outcome.stop.value
+    how = "finished" if outcome.finished else (outcome.message if outcome.stop is Stop.INTERRUPTED and outcome.message
+                                               else outcome.stop.value)
     then = (f"play it: {prog.replace('train', 'play')} {outcome.run_dir}" if outcome.finished
             else f"continue it: {prog} --resume {outcome.run_dir}")
     held = outcome.checkpoint_step

@@ -368,6 +368,8 @@ class Trainer:
         return f"checkpoints/latest.pt holds step {self.checkpoint_step}"
 
     def _outcome(self, stop: Stop, error: str = "", message: str = "") -> Outcome:
+        if stop is Stop.INTERRUPTED and not message and self.stop.signal_name is not None:
+            message = f"stopped by {self.stop.signal_name}"  # which signal (or a sweep's stop) it was
         return Outcome(stop, self.run_dir, self.timesteps, error, message, self.checkpoint_step)
 
     def request_stop(self, reason: str) -> None:
