@@ -223,3 +223,22 @@ def test_a_score_of_millions_keeps_every_digit_in_progress_csv(tmp_path):
     row = read_progress(tmp_path)[0]
     assert (row["mean_episode_reward"], row["eval_mean"], row["loss_q"]) == ("3703701.75", "-20.2143", "0.000178449")
     assert row["grad_norm"] == "3.4e+38"  # not 39 digits, most of them float64's noise
+
+
+def test_the_progress_bar_ends_at_the_step_the_run_ends_at(capsys):
+    # A total that is not a whole number of iterations: the run went past it, and tqdm dropped the
+    # total and the percentage ("6080step [00:00, ...]"); a failed update's steps were not on it.
+    from acer_sync.training.callbacks import ProgressBar
+
+    trainer = types.SimpleNamespace(timesteps=160, steps_per_iteration=160)
+    bar = ProgressBar(6000)
+    bar.on_training_start(trainer)
+    assert (bar.bar.n, bar.bar.total) == (160, 6080)
+    trainer.timesteps = 4640  # the collection stored before an update failed is not followed by on_rollout_end
+    bar.on_training_end(trainer, None)
+    assert bar.bar.n == 4640
+    trainer.timesteps = 6080
+    resumed = ProgressBar(6000)
+    resumed.on_training_start(trainer)  # a resume at its total: nothing to run
+    assert (resumed.bar.n, resumed.bar.total) == (6080, 6080)
+    resumed.on_training_end(trainer, None)

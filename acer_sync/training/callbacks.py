@@ -555,23 +555,33 @@ class ProgressCallback(Callback):
             self.logger.close()
 
 
+def last_step(trainer, total: int) -> int:
+    """The step a run at ``trainer.timesteps`` ends at: after the iteration that reaches ``total``,
+    which may go past it."""
+    per_iteration = trainer.steps_per_iteration
+    return trainer.timesteps + max(0, -(-(total - trainer.timesteps) // per_iteration)) * per_iteration
+
+
 class ProgressBar(Callback):
-    """A tqdm bar of the steps, with the 100-episode mean and the episode count at each row."""
+    """A tqdm bar of the steps, with the 100-episode mean and the episode count at each row. Its
+    total is the step the run ends at, ``total`` rounded up to whole iterations (a bar past its
+    total drops it, and its percentage); it ends at the run's last step, however the run ended."""
 
     def __init__(self, total: int):
         self.total = total
         self.bar: tqdm | None = None
 
     def on_training_start(self, trainer) -> None:
-        self.bar = tqdm(total=self.total, initial=trainer.timesteps, unit="step", dynamic_ncols=True)
+        self.bar = tqdm(total=last_step(trainer, self.total), initial=trainer.timesteps, unit="step", dynamic_ncols=True)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
-        self.bar.update(trainer.steps_per_iteration)
+        self.bar.update(trainer.timesteps - self.bar.n)
         if row:
             self.bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
         if self.bar is not None:
+            self.bar.update(trainer.timesteps - self.bar.n)  # a collection stored before an update failed
             self.bar.close()
 
 
@@ -604,10 +614,8 @@ class StopTrainingOnReward(Callback):
         self.threshold = float(threshold)
 
     def on_training_start(self, trainer) -> None:
-        config, per_iteration = trainer.config, trainer.steps_per_iteration
-        # The run ends after the iteration that reaches total_timesteps, which may go past it.
-        last_step = trainer.timesteps + max(0, -(-(config.total_timesteps - trainer.timesteps) // per_iteration)) * per_iteration
-        if config.eval_every and next_multiple(trainer.timesteps, config.eval_every) > last_step:
+        config = trainer.config
+        if config.eval_every and next_multiple(trainer.timesteps, config.eval_every) > last_step(trainer, config.total_timesteps):
             log.warning(
                 f"--stop-at-reward {self.threshold:g} follows the evaluation's mean, and no evaluation is due before "
                 f"--total-timesteps {config.total_timesteps} (--eval-every {config.eval_every}): it will not stop this "
