@@ -424,3 +424,13 @@ def test_out_must_be_a_png_so_a_runs_own_files_are_never_written_over(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "plot.py writes a PNG; give a file name ending in .png" in result.stderr
     assert (run / "progress.csv").read_bytes() == before
+
+
+def test_the_summary_says_a_final_mean_of_under_100_episodes_is_one(tmp_path):
+    # "final 100-episode mean -1298.59" of a Pendulum run of 15 episodes, where train.py said "means of under 100 episodes"
+    run_dir = write_run(tmp_path / "few", env="Pendulum-v1", rows=3, evaluated=False)
+    lines = (run_dir / "progress.csv").read_text().splitlines()
+    rows = [lines[0] + ",episodes"] + [line + f",{5 * index}" for index, line in enumerate(lines[1:], 1)]
+    (run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
+    group, = plot.group_runs([plot.load_run(run_dir)])
+    assert "final mean -19.00 (of under 100 episodes)" in plot.summary_line(group, "")

@@ -272,18 +272,24 @@ def last_finite(values: np.ndarray) -> float:
 
 def summary_line(group: Group, text: str) -> str:
     """Final 100-episode mean (mean over seeds, each at the last step every seed reached, where the
-    curve ends), best eval mean, steps and wall time (longest seed)."""
+    curve ends; said to be of fewer episodes where a seed had fewer), best eval mean, steps and
+    wall time (longest seed)."""
     ends = [int(np.nanmax(run.columns["total_timesteps"])) for run in group.runs]
     common = min(ends)
     finals = np.array([last_finite(run.columns["mean_episode_reward"][run.columns["total_timesteps"] <= common])
                        for run in group.runs])
+    # the episodes behind each final mean: under 100 is a mean of those (train.py's summary says so too)
+    episodes = [last_finite(run.columns["episodes"][run.columns["total_timesteps"] <= common]) if "episodes" in run.columns
+                else math.inf for run in group.runs]
+    fewer = any(count < 100 for count, value in zip(episodes, finals) if math.isfinite(value))
     finals = finals[np.isfinite(finals)]
     final = float(np.mean(finals)) if finals.size else math.nan
     evals = np.concatenate([eval_means(run) for run in group.runs])
     best_eval = float(np.max(evals[np.isfinite(evals)])) if np.isfinite(evals).any() else math.nan
     hours = [last_finite(run.columns["time_elapsed"]) / 3600 for run in group.runs if "time_elapsed" in run.columns]
     parts = [
-        f"final 100-episode mean {final:.2f}" if finals.size else "final 100-episode mean n/a",
+        (f"final mean {final:.2f} (of under 100 episodes)" if fewer else f"final 100-episode mean {final:.2f}") if finals.size
+        else "final 100-episode mean n/a",
         f"best eval {best_eval:.2f}" if math.isfinite(best_eval) else "best eval n/a",
         f"steps {common:,}" + ("" if common == max(ends) else f" (where every seed has rows; the longest {max(ends):,})"),
         f"wall {max(hours):.2f} h" if hours and math.isfinite(max(hours)) else "wall n/a",
