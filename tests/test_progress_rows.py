@@ -5,6 +5,7 @@ import types
 import gymnasium as gym
 import pytest
 
+import acer_sync
 import acer_sync.training.callbacks
 import acer_sync.training.trainer
 from acer_sync.base.config import build_config, validate
@@ -225,11 +226,12 @@ def test_a_score_of_millions_keeps_every_digit_in_progress_csv(tmp_path):
     assert row["grad_norm"] == "3.4e+38"  # not 39 digits, most of them float64's noise
 
 
-def test_the_progress_bar_ends_at_the_step_the_run_ends_at(capsys):
+def test_the_progress_bar_ends_at_the_step_the_run_ends_at(capsys, monkeypatch):
     # A total that is not a whole number of iterations: the run went past it, and tqdm dropped the
     # total and the percentage ("6080step [00:00, ...]"); a failed update's steps were not on it.
     from acer_sync.training.callbacks import ProgressBar
 
+    monkeypatch.setattr(acer_sync.training.callbacks, "_is_terminal", lambda stream: True)
     trainer = types.SimpleNamespace(timesteps=160, steps_per_iteration=160)
     bar = ProgressBar(6000)
     bar.on_training_start(trainer)
@@ -242,3 +244,19 @@ def test_the_progress_bar_ends_at_the_step_the_run_ends_at(capsys):
     resumed.on_training_start(trainer)  # a resume at its total: nothing to run
     assert (resumed.bar.n, resumed.bar.total) == (6080, 6080)
     resumed.on_training_end(trainer, None)
+
+
+def test_where_standard_error_is_no_terminal_progress_is_a_line_a_minute_and_one_at_each_evaluation(tmp_path, capsys, monkeypatch):
+    # nohup or a batch job: the bar was one endless line of carriage returns in the log file.
+    monkeypatch.setattr(acer_sync.training.callbacks.ProgressBar, "PLAIN_SECONDS", 0.0)
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=400, num_envs=2, vec_env="sync", eval_every=200,
+                    eval_episodes=2, log_interval=2, hidden="16", threads=1)
+    said = capsys.readouterr()
+    assert "\r" not in said.err
+    lines = [line for line in said.out.splitlines() if line.startswith("step ")]
+    rows = read_progress(tmp_path / "run")
+    assert len(lines) == len(rows) >= 3
+    for line, row in zip(lines, rows):
+        assert line.startswith(f"step {int(row['total_timesteps']):,} of 400 (")
+        assert f"mean return {float(row['mean_episode_reward']):.2f} over {int(row['episodes']):,} episodes" in line
+        assert (", evaluation " in line) == (int(row["eval_episodes"]) > 0)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -565,24 +566,57 @@ def last_step(trainer, total: int) -> int:
 class ProgressBar(Callback):
     """A tqdm bar of the steps, with the 100-episode mean and the episode count at each row. Its
     total is the step the run ends at, ``total`` rounded up to whole iterations (a bar past its
-    total drops it, and its percentage); it ends at the run's last step, however the run ended."""
+    total drops it, and its percentage); it ends at the run's last step, however the run ended.
+
+    Where standard error is no terminal (``nohup``, a batch job's log file), a bar would be one
+    endless line of carriage returns: it says a line of progress instead, with a progress row, at
+    most every :attr:`PLAIN_SECONDS`."""
+
+    #: Seconds between two lines of progress where standard error is no terminal.
+    PLAIN_SECONDS = 60.0
 
     def __init__(self, total: int):
         self.total = total
         self.bar: tqdm | None = None
+        self.plain = False
+        self.said_at: float | None = None
 
     def on_training_start(self, trainer) -> None:
-        self.bar = tqdm(total=last_step(trainer, self.total), initial=trainer.timesteps, unit="step", dynamic_ncols=True)
+        self.end = last_step(trainer, self.total)
+        self.plain = not _is_terminal(sys.stderr)
+        if self.plain:
+            self.said_at = time.monotonic()
+            return
+        self.bar = tqdm(total=self.end, initial=trainer.timesteps, unit="step", dynamic_ncols=True)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
+        if self.plain:
+            if row and (row.get("eval_episodes") or time.monotonic() - self.said_at >= self.PLAIN_SECONDS):
+                self._say(trainer, row)
+            return
         self.bar.update(trainer.timesteps - self.bar.n)
         if row:
             self.bar.set_postfix(mean_return=f"{row['mean_episode_reward']:.2f}", episodes=row["episodes"])
+
+    def _say(self, trainer, row: dict) -> None:
+        self.said_at = time.monotonic()
+        line = (f"step {trainer.timesteps:,} of {self.end:,} ({100 * trainer.timesteps / max(self.end, 1):.0f}%), "
+                f"{row['fps']:,.0f} steps/s, mean return {row['mean_episode_reward']:.2f} over {row['episodes']:,} episodes")
+        if row.get("eval_episodes"):
+            line += f", evaluation {row['eval_mean']:.2f} over {row['eval_episodes']} games"
+        log.info(line)
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
         if self.bar is not None:
             self.bar.update(trainer.timesteps - self.bar.n)  # a collection stored before an update failed
             self.bar.close()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a stream without one, or closed
+        return False
 
 
 class ProgressRows(Callback):
