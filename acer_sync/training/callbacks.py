@@ -613,6 +613,10 @@ class ProgressBar(Callback):
 
 
 def _is_terminal(stream) -> bool:
+    """Whether ``stream`` draws a bar: a terminal, or a Jupyter notebook's output (which is none,
+    and draws tqdm's carriage returns as a terminal does)."""
+    if type(stream).__module__.startswith("ipykernel"):
+        return True
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # a stream without one, or closed
