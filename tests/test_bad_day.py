@@ -259,6 +259,10 @@ def test_the_summary_of_a_run_that_exited_at_once_names_the_step_its_checkpoint_
     line = summary_line(Outcome(Stop.INTERRUPTED, tmp_path, 1600, "second SIGINT: exiting at once", checkpoint_step=800), "train.py")
     assert f"1,600 steps; no episode ended; checkpoint {tmp_path / 'checkpoints' / LATEST}, of step 800 (continue it" in line
     assert ", of step" not in summary_line(Outcome(Stop.INTERRUPTED, tmp_path, 800, checkpoint_step=800), "train.py")
+    spaced = tmp_path / "my run"  # the command to paste quotes it
+    (spaced / "checkpoints").mkdir(parents=True)
+    save_checkpoint(spaced / "checkpoints" / LATEST, {"step": 800})
+    assert summary_line(Outcome(Stop.FINISHED, spaced, 800), "train.py").endswith(f"(play it: play.py '{spaced}')")
 
 
 # --- Env faults --------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 
 from acer_sync.api import runs as api
@@ -97,8 +98,9 @@ def summary_line(outcome: Outcome, prog: str) -> str:
         parts.append(f"best evaluation {max(evals):.2f}")
     how = "finished" if outcome.finished else (outcome.message if outcome.stop is Stop.INTERRUPTED and outcome.message
                                                else outcome.stop.value)
-    then = (f"play it: {prog.replace('train', 'play')} {outcome.run_dir}" if outcome.finished
-            else f"continue it: {prog} --resume {outcome.run_dir}")
+    run_dir = shlex.quote(str(outcome.run_dir))  # a command to paste: a directory of "my run" quoted
+    then = (f"play it: {prog.replace('train', 'play')} {run_dir}" if outcome.finished
+            else f"continue it: {prog} --resume {run_dir}")
     held = outcome.checkpoint_step
     of_step = f", of step {held:,}" if held is not None and held != outcome.timesteps else ""  # a second signal: the last one saved
     return f"{prog}: {how}: {'; '.join(parts)}; checkpoint {checkpoint}{of_step} ({then})"
