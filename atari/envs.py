@@ -25,6 +25,7 @@ import contextlib
 import difflib
 import importlib
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -834,7 +835,15 @@ class VecEnv:
         self._calling = what
         try:
             with _gym_logger_quiet(self.backend == "subproc"):
+                if not main and self.timeout > 0 and self.backend == "subproc" and what in ("step", "reset"):
+                    # No SIGALRM off the main thread (a sweep trial's): the workers' answer is waited
+                    # for with the timeout instead.
+                    getattr(self.env, f"{what}_async")(*args, **kwargs)
+                    return getattr(self.env, f"{what}_wait")(timeout=self.timeout)
                 return method(*args, **kwargs)
+        except multiprocessing.TimeoutError:
+            self.broken = True  # the workers are still in the call: closing ends them
+            raise EnvTimedOut(f"{self.info.env_id}'s {what} did not return within --env-timeout {self.timeout:g} s") from None
         except (BrokenPipeError, EOFError, ConnectionResetError):
             self.broken = True
             raise self._dead_worker() from None

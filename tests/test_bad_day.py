@@ -1084,3 +1084,31 @@ def test_an_exception_in_an_update_while_the_envs_collect_exits_1_with_its_trace
         assert result.returncode == 1, result.stderr
         assert result.stderr.rstrip().endswith(
             f"RuntimeError: torso bug\nacer_sync: the run in {run_dir} stopped at step {step}; checkpoints/latest.pt holds step {step}")
+
+
+def test_a_hung_subproc_env_times_out_off_the_main_thread_as_in_a_sweep_trial():
+    # A sweep trial trains in a thread of Ray's, where no SIGALRM timer is armed: a hung env hung
+    # its trial for ever, --env-timeout or not.
+    from atari.envs import VecEnv
+    from atari.errors import EnvTimedOut
+
+    info = env_info(FAULTY, {"fault": "hang", "at_step": 5})
+    said = {}
+
+    def trial():
+        env = VecEnv(info, 2, "subproc", timeout=1.0)
+        env.reset(seed=0)
+        started = time.monotonic()
+        try:
+            for _ in range(10):
+                env.step(np.zeros(2, dtype=np.int64))
+        except EnvTimedOut as error:
+            said["error"], said["seconds"] = str(error), time.monotonic() - started
+        finally:
+            env.close()
+
+    thread = threading.Thread(target=trial)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert said["error"] == f"{FAULTY}'s step did not return within --env-timeout 1 s" and said["seconds"] < 5
