@@ -130,7 +130,7 @@ def test_sweep_runs_to_the_end_as_normal_runs_that_plot_draws(sweep_scenario, tm
 
 def test_killed_trial_restarts_from_its_checkpoint_and_keeps_counting(sweep_scenario):
     log = sweep_scenario["first_log"]
-    assert f"trial {SEED1} died (" in log and "restarting it from its last checkpoint" in log
+    assert f"trial {SEED1} failed" in log and "(failure 1; " in log and "restarting it from its last checkpoint" in log
     # The restarted process continues from the checkpoint, not from step 0.
     assert 0 < sweep_scenario["resume_step"] <= sweep_scenario["steps_before_kill"]
     assert sweep_scenario["resume_step"] % 800 == 0
@@ -772,3 +772,26 @@ def test_a_sweep_started_before_a_check_existed_continues_its_started_trials(tmp
     monkeypatch.setattr("acer_sync.sweeps.summary.write_summary", lambda *args: None)
     assert sweep_cli.main([str(path), "--runs-dir", str(runs_dir)]) == 0
     assert [trial.config.replay_ratio for trial in loaded[0].trials] == [150, 150]
+
+
+def test_a_trials_exception_crosses_to_sweep_py_as_its_type_message_and_checkpoint(tmp_path):
+    # A torso's KeyboardInterrupt was reported as "ray.exceptions.TaskCancelledError: Task ... was
+    # cancelled", an exception of two arguments as a TypeError of unpickling, a SystemExit as the
+    # actor's; a failure Tune recovered from was never named ("trial ... died"), and the final line
+    # began "acer_sync.sweeps.trial.TrialFailed: ".
+    import types
+
+    from acer_sync.sweeps.launch import failure_cause, one_line
+    from acer_sync.sweeps.trial import TrialFailed, failure_text
+
+    error = RuntimeError("torso bug")
+    error.add_note("acer_sync: the run in /runs/a stopped at step 7600; checkpoints/latest.pt holds step 7600")
+    said = failure_text(error)
+    assert said == "RuntimeError: torso bug (the run in /runs/a stopped at step 7600; checkpoints/latest.pt holds step 7600)"
+    assert failure_text(SystemExit(3)) == "SystemExit: 3" and failure_text(KeyboardInterrupt()) == "KeyboardInterrupt: "
+    report = f"Traceback (most recent call last):\n  File \"x.py\", line 1\nacer_sync.sweeps.trial.TrialFailed: {said}\n"
+    assert one_line(report) == said
+    (tmp_path / "error.txt").write_text(report)
+    assert failure_cause(types.SimpleNamespace(error_file=str(tmp_path / "error.txt"))) == f": {said}"
+    assert failure_cause(types.SimpleNamespace(error_file=None)) == ""
+    assert issubclass(TrialFailed, RuntimeError)

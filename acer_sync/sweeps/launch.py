@@ -71,11 +71,21 @@ class TrialOutcome:
 
 
 def one_line(error_text: str) -> str:
-    """The line of a Ray/Tune error report that says what went wrong (the last ``XError: message``)."""
+    """The line of a Ray/Tune error report that says what went wrong (the last ``XError: message``),
+    without the module path of this package's own :class:`TrialFailed`."""
     lines = [line.strip() for line in str(error_text).splitlines() if line.strip()]
     matches = [line for line in lines if ERROR_LINE.match(line)]
     line = matches[-1] if matches else (lines[0] if lines else "unknown error")
-    return line[:MAX_ERROR_CHARS]
+    return line.removeprefix("acer_sync.sweeps.trial.TrialFailed: ")[:MAX_ERROR_CHARS]
+
+
+def failure_cause(trial) -> str:
+    """``: CAUSE`` of a trial that failed, from the error file Tune wrote of it; empty where none is."""
+    path = getattr(trial, "error_file", None)
+    try:
+        return f": {one_line(Path(path).read_text())}" if path else ""
+    except OSError:
+        return ""
 
 
 def quiet_ray() -> None:
@@ -328,8 +338,8 @@ class TrialLines(tune.Callback):
         print(f"finished {trial_name(trial)}{detail}", flush=True)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        print(f"trial {trial_name(trial)} died (failure {trial.num_failures}; restarts allowed: {trial.max_failures}); "
-              "restarting it from its last checkpoint, if it has one", flush=True)
+        print(f"trial {trial_name(trial)} failed{failure_cause(trial)} (failure {trial.num_failures}; restarts allowed: "
+              f"{trial.max_failures}); restarting it from its last checkpoint, if it has one", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"trial {trial_name(trial)} failed for good; sweep.py names its error at the end", flush=True)

@@ -53,7 +53,15 @@ STOP_REASON = "sweep.py's SIGINT"
 
 
 class TrialFailed(RuntimeError):
-    """The Trainer stopped before the end of the run."""
+    """The Trainer stopped before the end of the run, or raised: what crosses to sweep.py is this
+    error's text (an exception of the run's own may not unpickle there, and Ray names a
+    ``KeyboardInterrupt`` or ``SystemExit`` of a task as its own cancellation or exit)."""
+
+
+def failure_text(error: BaseException) -> str:
+    """``error`` in one line, with the notes the run put on it (its checkpoint's step)."""
+    notes = "; ".join(note.removeprefix("acer_sync: ") for note in getattr(error, "__notes__", ()))
+    return f"{type(error).__name__}: {error}" + (f" ({notes})" if notes else "")
 
 
 @dataclass(frozen=True)
@@ -150,14 +158,23 @@ class TuneReporter:
     def __init__(self):
         self.last_row: dict = {}
         self.trainer: Trainer | None = None
+        #: Tune stopped the trial: its report raised the SystemExit that unwinds the trial.
+        self.tune_stopped = False
 
     def on_progress(self, row: dict) -> None:
         self.last_row = dict(row)
         if not self.stopping():
-            tune.report(self.last_row)
+            self._report(self.last_row)
 
     def on_checkpoint(self, path: Path) -> None:
-        tune.report({**self.last_row, "checkpoint_timesteps": self.trainer.timesteps})
+        self._report({**self.last_row, "checkpoint_timesteps": self.trainer.timesteps})
+
+    def _report(self, row: dict) -> None:
+        try:
+            tune.report(row)
+        except SystemExit:
+            self.tune_stopped = True
+            raise
 
     def stopping(self) -> bool:
         return self.trainer is not None and self.trainer.stop_requested()
@@ -219,6 +236,12 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
             settings = dataclasses.asdict(config)
             command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
             outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, commit=driver.git_commit, **hooks, **settings)
+    except TrialFailed:
+        raise
+    except BaseException as error:  # the run's own (a torso's bug, a KeyboardInterrupt in its code), as text
+        if isinstance(error, SystemExit) and reporter.tune_stopped:
+            raise  # Tune's way to end a trial it stops
+        raise TrialFailed(failure_text(error)) from None
     finally:
         ray.get(stop_request.done.remote(trial["name"]))  # saved at a stop, or not training any more
     if outcome.stop is Stop.INTERRUPTED and reporter.stopping():
