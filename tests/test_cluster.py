@@ -155,7 +155,7 @@ def lost_node(cluster):
 def test_a_trial_on_a_lost_node_resumes_on_the_other_node_from_its_checkpoint(cluster, lost_node):
     output, moved = lost_node["output"], lost_node["moved"]
     assert lost_node["code"] == 0, output
-    assert f"trial {moved} died (" in output
+    assert f"trial {moved} failed" in output and "(failure 1; restarts allowed: " in output
     starts = trial_processes(output, moved)
     assert [node for _, node in starts] == [cluster.worker_node[:12], cluster.head_node[:12]], output
     assert 0 < lost_node["checkpoint_at_kill"] <= lost_node["steps_at_kill"] < TOTAL_STEPS

@@ -13,9 +13,12 @@ the next game's: the vector env resets in the same step).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import gymnasium as gym
@@ -25,7 +28,7 @@ import torch
 from acer_sync.api.env_callables import is_callable_env
 from acer_sync.api.policy import Policy, load
 from acer_sync.base.config import MAX_SEED, PRECISIONS
-from acer_sync.base.errors import UserError, WriteFailed
+from acer_sync.base.errors import STOP_SIGNALS, UserError, WriteFailed, signal_stop
 from acer_sync.base.log import number_text
 from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout.evaluation import EnvStep, evaluate
@@ -168,14 +171,17 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
                 raise WriteFailed(args.actions, error) from None
 
         def on_score(score: float) -> None:  # said as each game ends: a 100-game Pong evaluation takes minutes
-            print_line(f"episode {len(scores) + 1}: score {number_text(float(score))}")
             scores.append(score)
+            print_line(f"episode {len(scores)}: score {number_text(float(score))}")
 
-        evaluate(
-            model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
-            generator=torch.Generator(device=device).manual_seed(args.seed),
-            on_step=on_step if listeners else None, precision=policy.precision, on_score=on_score,
-        )
+        with first_stop_ends_the_games() as stopped:
+            evaluate(
+                model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
+                generator=torch.Generator(device=device).manual_seed(args.seed),
+                on_step=on_step if listeners else None, precision=policy.precision, on_score=on_score, cancelled=stopped,
+            )
+        if stopped():
+            raise KeyboardInterrupt  # the games said are the ones counted: their mean, then "interrupted"
         if recorder is not None:
             recorder.finish()
         if log_file is not None:
@@ -207,10 +213,39 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     return 0
 
 
+@contextlib.contextmanager
+def first_stop_ends_the_games():
+    """While the games play, a first SIGINT or SIGTERM ends them after the env step it came in
+    (``stopped()`` turns true), so the games said are the games counted (a KeyboardInterrupt raised
+    where it came could fall between a game's count and its line); a second one interrupts at once."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+
+    def first_stop(signum, frame) -> None:
+        came.append(signum)
+        signal_stop(signum)  # run_cli names it, and takes the next one as a second stop
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, first_stop)
+    try:
+        yield lambda: bool(came)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def print_line(line: str) -> None:
-    """A line of play.py's, flushed (scores come as games end); where its reader went away (``| head``),
-    the BrokenPipeError ends play.py as the pipe's other tools end (exit 141, as `run_cli` ends it)."""
-    print(line, flush=True)
+    """A line of play.py's, flushed (scores come as games end), in one write: a Ctrl-C lands between
+    two (``print`` writes the line and its newline apart, and the line after ran on from it). Where
+    its reader went away (``| head``), the BrokenPipeError ends play.py as the pipe's other tools end
+    (exit 141, as ``run_cli`` ends it)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def mean_line(scores: list[float]) -> str:
