@@ -503,6 +503,11 @@ def test_interim_summary_marks_unfinished_trials_and_leaves_them_out_of_the_mean
     assert f"| {SEED0} | finished | 2,000 | 100.00 |" in summary
     assert f"| {SEED1} | unfinished | 400 of 2,000 | 10.00 |" in summary
     assert "**CartPole-v1_seeds: mean of 1 of 2 seeds: those not finished are left out** |  |  | 100.00 |" in summary
+    # a failed trial's row said "failed" and not why
+    failed = summary_markdown(sweep, tmp_path, [TrialOutcome(SEED0, "finished"), TrialOutcome(SEED1, "failed", "RuntimeError: torso bug")])
+    assert f"| {SEED1} | failed | 400 of 2,000 | 10.00 |" in failed
+    assert failed.endswith(f"## Failed trials\n\n- {SEED1}: RuntimeError: torso bug\n")
+    assert "Failed trials" not in summary
 
 
 def test_a_summary_that_cannot_be_written_is_a_write_failed_naming_it(tmp_path, capsys):

@@ -75,7 +75,8 @@ def mean(values: list[float]) -> float:
 
 
 def summary_markdown(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]) -> str:
-    """One table per env: a row per trial, then per grid setting the mean across seeds."""
+    """One table per env: a row per trial, then per grid setting the mean across seeds; then why
+    each failed trial failed."""
     status = {outcome.name: outcome.status for outcome in outcomes}
     scores = [
         trial_scores(sweep_dir / trial.name, trial.name, trial.config.env, trial.config.seed, trial.config.total_timesteps,
@@ -102,6 +103,9 @@ def summary_markdown(sweep: Sweep, sweep_dir: Path, outcomes: list[TrialOutcome]
             cells = [f"**{group}: {label}**", "", "", number(final), number(best)]
             lines.append("| " + " | ".join(cells + ([normalized(env, final)] if atari else [])) + " |")
         lines.append("")
+    failed = [outcome for outcome in outcomes if outcome.status == "failed" and outcome.error]
+    if failed:  # why, where the table says only "failed"
+        lines += ["## Failed trials", "", *(f"- {outcome.name}: {outcome.error}" for outcome in failed), ""]
     return "\n".join(lines)
 
 
