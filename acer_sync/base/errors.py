@@ -21,7 +21,7 @@ from acer_sync.base.outcome import Outcome, Stop
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
 __all__ = [
-    "EXIT_BROKEN_PIPE", "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "STOP_SIGNALS", "PolicyNotFinite", "UserError",
+    "EXIT_BROKEN_PIPE", "EXIT_CODES", "EXIT_INTERRUPTED", "EXIT_TRIAL_FAILED", "EXIT_USER_ERROR", "REPEAT_SECONDS", "STOP_SIGNALLED", "PolicyNotFinite", "UserError",
     "WriteFailed", "delivered_again", "env_stop", "exit_code", "names_a_path", "print_error", "run_cli", "say", "signal_stop", "stdout_to_devnull",
 ]
 

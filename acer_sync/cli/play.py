@@ -13,12 +13,9 @@ the next game's: the vector env resets in the same step).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import gymnasium as gym
@@ -28,11 +25,12 @@ import torch
 from acer_sync.api.env_callables import is_callable_env
 from acer_sync.api.policy import Policy, load
 from acer_sync.base.config import MAX_SEED, PRECISIONS
-from acer_sync.base.errors import STOP_SIGNALS, UserError, WriteFailed, signal_stop
+from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import number_text
 from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout.evaluation import EnvStep, evaluate
 from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, check_renders, render_headless, video_env
+from acer_sync.training.signals import GracefulStop
 from atari.envs import EnvInfo, VecEnv, choose_backend, env_info
 
 
@@ -174,13 +172,17 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
             scores.append(score)
             print_line(f"episode {len(scores)}: score {number_text(float(score))}")
 
-        with first_stop_ends_the_games() as stopped:
+        # A first SIGINT or SIGTERM ends the games after the env step it came in, as it ends a
+        # training's iteration, so the games said are the games counted (a KeyboardInterrupt raised
+        # where it came could fall between a game's count and its line); a second one interrupts at once.
+        with GracefulStop() as stop:
             evaluate(
                 model, env, args.episodes, device, greedy=args.greedy, seed=args.seed,
                 generator=torch.Generator(device=device).manual_seed(args.seed),
-                on_step=on_step if listeners else None, precision=policy.precision, on_score=on_score, cancelled=stopped,
+                on_step=on_step if listeners else None, precision=policy.precision, on_score=on_score,
+                cancelled=lambda: stop.stopped() is not None,
             )
-        if stopped():
+        if stop.stopped() is not None:
             raise KeyboardInterrupt  # the games said are the ones counted: their mean, then "interrupted"
         if recorder is not None:
             recorder.finish()
@@ -211,32 +213,6 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
     if args.actions is not None:
         print_line(f"actions: {args.actions} (one row per agent step)")
     return 0
-
-
-@contextlib.contextmanager
-def first_stop_ends_the_games():
-    """While the games play, a first SIGINT or SIGTERM ends them after the env step it came in
-    (``stopped()`` turns true), so the games said are the games counted (a KeyboardInterrupt raised
-    where it came could fall between a game's count and its line); a second one interrupts at once."""
-    came: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-
-    def first_stop(signum, frame) -> None:
-        came.append(signum)
-        signal_stop(signum)  # run_cli names it, and takes the next one as a second stop
-        for stop, handler in previous.items():
-            signal.signal(stop, handler)
-
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, first_stop)
-    try:
-        yield lambda: bool(came)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def print_line(line: str) -> None:
