@@ -39,7 +39,7 @@ import numpy as np
 from gymnasium.vector.async_vector_env import AsyncState, _async_worker
 
 from atari import parts
-from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
+from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError, past_env_timeout
 
 #: Where a failed close is reported: a child of the library's logger (``acer_sync.base.log``), so
 #: a run shows it as its other warnings, without this package importing the library.
@@ -828,7 +828,7 @@ class VecEnv:
             _CALLING.append(self)
             self.continues_seen, self.confirming = _CONTINUES[0], False
             if self.timeout > 0:
-                self.expiry_reason = f"did not return within --env-timeout {self.timeout:g} s"
+                self.expiry_reason = past_env_timeout(self.timeout)
                 self.armed_seconds = self.timeout
                 signal.setitimer(signal.ITIMER_REAL, self.timeout)
         self.call_started = time.monotonic()
@@ -843,7 +843,7 @@ class VecEnv:
                 return method(*args, **kwargs)
         except multiprocessing.TimeoutError:
             self.broken = True  # the workers are still in the call: closing ends them
-            raise EnvTimedOut(f"{self.info.env_id}'s {what} did not return within --env-timeout {self.timeout:g} s") from None
+            raise EnvTimedOut(f"{self.info.env_id}'s {what} {past_env_timeout(self.timeout)}") from None
         except (BrokenPipeError, EOFError, ConnectionResetError):
             self.broken = True
             raise self._dead_worker() from None

@@ -24,3 +24,8 @@ class EnvWorkerDied(EnvFailed):
 class EnvTimedOut(EnvFailed):
     """An env's step or reset did not return in time: past the run's ``env_timeout``, or past
     the grace period after a stop signal came in the middle of it."""
+
+
+def past_env_timeout(seconds: float) -> str:
+    """How an :class:`EnvTimedOut` past ``--env-timeout`` ends: "ENV's step " and this."""
+    return f"did not return within --env-timeout {seconds:g} s"

@@ -29,7 +29,7 @@ import torch
 
 from acer_sync.nets.networks import Network, named_buffer_slots, network_from_spec, read_slots
 from acer_sync.replay.buffer import Segment
-from atari.errors import EnvTimedOut
+from atari.errors import EnvTimedOut, past_env_timeout
 
 
 class ActingCopy:
@@ -171,7 +171,7 @@ class BackgroundCollector:
             if signal is not None and started <= signal[1] and now - signal[1] > grace:
                 raise EnvTimedOut(f"{self.env_id}'s {what} had not returned {grace:g} s after {signal[0]}")
             if timeout > 0 and now - began > timeout:
-                raise EnvTimedOut(f"{self.env_id}'s {what} did not return within --env-timeout {timeout:g} s")
+                raise EnvTimedOut(f"{self.env_id}'s {what} {past_env_timeout(timeout)}")
         self._thread = None
         if self._error is not None:
             raise self._error

@@ -577,20 +577,20 @@ class ProgressBar(Callback):
 
     def __init__(self, total: int):
         self.total = total
+        self.end = total
+        #: The bar; None where standard error is no terminal, and a line says the progress instead.
         self.bar: tqdm | None = None
-        self.plain = False
-        self.said_at: float | None = None
+        self.said_at = 0.0
 
     def on_training_start(self, trainer) -> None:
         self.end = last_step(trainer, self.total)
-        self.plain = not _is_terminal(sys.stderr)
-        if self.plain:
+        if not _is_terminal(sys.stderr):
             self.said_at = time.monotonic()
             return
         self.bar = tqdm(total=self.end, initial=trainer.timesteps, unit="step", dynamic_ncols=True)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
-        if self.plain:
+        if self.bar is None:
             if row and (row.get("eval_episodes") or time.monotonic() - self.said_at >= self.PLAIN_SECONDS):
                 self._say(trainer, row)
             return

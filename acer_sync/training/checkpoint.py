@@ -122,9 +122,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir():
         candidate = latest_checkpoint(path)
-        if not candidate.is_file() and (path / LATEST).is_file():
-            raise UserError(f"{path} is a run's checkpoints folder: give the run directory, {path.parent}, or a .pt file in it")
         if not candidate.is_file():
+            if (path / LATEST).is_file():
+                raise UserError(f"{path} is a run's checkpoints folder: give the run directory, {path.parent}, or a .pt file in it")
             raise UserError(f"{path} holds no checkpoint ({candidate} is missing){copy_hint(candidate)}")
         return candidate
     if not path.exists():
