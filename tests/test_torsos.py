@@ -85,6 +85,8 @@ def test_an_image_torso_gets_the_frames_scaled_to_one():
     ("user_torsos:NoFeaturesDim", "must be an nn.Module with an int attribute features_dim >= 1"),
     ("user_torsos:WrongWidth", "forward must return floats of shape [B, features_dim] = [2, 32] for a batch of 2 observations, got (2, 33)"),
     ("user_torsos:Refuses", "Refuses(Box("),
+    (user_torsos.SmallTorso(gym.spaces.Box(-1, 1, (4,))), "got an instance of SmallTorso (pass its class"),
+    (None, "got None (leave it out"),
 ])
 def test_a_broken_torso_is_one_line_before_anything_is_written(tmp_path, torso, message):
     with pytest.raises(acer_sync.UserError) as error:

@@ -144,8 +144,13 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
          settings) -> Outcome:
     callbacks = check_callbacks(callbacks)  # before anything is built or written
     CallbackList(callbacks).check_state()
-    if "torso" in settings and not isinstance(settings["torso"], str):
+    if isinstance(settings.get("torso"), type):
         settings["torso"] = torso_name(settings["torso"])  # a class: recorded as module:Class
+    elif not isinstance(settings.get("torso", ""), str):
+        given = settings["torso"]
+        what = "None (leave it out for the built-in network)" if given is None else \
+            f"an instance of {type(given).__name__} (pass its class, and its arguments as torso_kwargs)"
+        raise UserError(f"acer_sync.train: torso takes an nn.Module class or 'module:Class', got {what}")
     twice = given_twice(settings)
     if twice:
         raise UserError(f"acer_sync.train: gives the setting {twice[0]} twice, as {twice[1]} and {twice[2]}")

@@ -184,7 +184,7 @@ def is_image(space: gym.spaces.Box) -> bool:
     return space.dtype == np.uint8 and len(space.shape) in (2, 3)
 
 
-def torso_name(torso) -> str:
+def torso_name(torso: type | str) -> str:
     """``module:Class`` of a torso class, or the text as given."""
     if isinstance(torso, str):
         return torso
