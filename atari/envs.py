@@ -365,9 +365,11 @@ def part_frames(space: gym.Space, env_id: str) -> tuple[gym.spaces.Dict, object]
             boxes[key] = gym.spaces.Box(-np.inf, np.inf, (gym.spaces.flatdim(part),), np.float32)
             convert[key] = (lambda p: lambda obs: gym.spaces.flatten(p, obs).astype(np.float32))(part)
     tuple_space = isinstance(space, gym.spaces.Tuple)
+    env_keys = dict(zip((key for key, _ in items), space.spaces)) if not tuple_space else {}  # a Dict's keys may be ints
 
     def to_frames(observation) -> dict[str, np.ndarray]:
-        values = {str(i): value for i, value in enumerate(observation)} if tuple_space else observation
+        values = {str(i): value for i, value in enumerate(observation)} if tuple_space \
+            else {key: observation[env_key] for key, env_key in env_keys.items()}
         return {key: convert[key](values[key]) for key, _ in items}
 
     return gym.spaces.Dict(boxes), to_frames

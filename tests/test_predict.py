@@ -44,8 +44,25 @@ class Camera(DictSensors):
     observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
 
 
+class PositionAndPixels(DictSensors):
+    """gym-pusht's kind of Dict: a position and an HWC image, the vector first (gymnasium sorts the keys)."""
+
+    observation_space = gym.spaces.Dict({"pixels": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8),
+                                         "agent_pos": gym.spaces.Box(0, 512, (2,), np.float32)})
+
+
+class NumberedSensors(DictSensors):
+    """A Dict with int keys (gymnasium takes them): an HWC image and a 2-vector."""
+
+    observation_space = gym.spaces.Dict({0: gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), 1: gym.spaces.Box(-1, 1, (2,), np.float32)})
+
+
 def make_dict_env():
     return DictSensors()
+
+
+def make_position_and_pixels_env():
+    return PositionAndPixels()
 
 
 def make_camera_and_switch_env():
@@ -62,6 +79,7 @@ CASES = {  # name: (env for training, a function that makes the env whose observ
     "dict": (make_dict_env, make_dict_env),
     "hwc image": (make_camera_env, make_camera_env),
     "dict of an hwc image and a discrete": (make_camera_and_switch_env, make_camera_and_switch_env),
+    "dict of a vector and an hwc image": (make_position_and_pixels_env, make_position_and_pixels_env),
     "vector (CartPole)": ("CartPole-v1", lambda: gym.make("CartPole-v1")),
 }
 
@@ -192,6 +210,42 @@ def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_erro
             call()
         assert "\n" not in str(error.value)
     assert np.ndim(policy.predict(obs, state, episode_start=[1])[0]) == 0  # 0 and 1 are booleans too
+
+
+def test_an_empty_batch_of_any_space_is_one_line(tmp_path):
+    # an empty batch of a space that training converts (an image, a Dict) was taken for one observation
+    for make, empty in [
+        (make_camera_env, np.zeros((0, 36, 36, 3), np.uint8)),
+        (make_position_and_pixels_env, {"pixels": np.zeros((0, 36, 36, 3), np.uint8), "agent_pos": np.zeros((0, 2), np.float32)}),
+    ]:
+        policy = acer_sync.load(acer_sync.train(make, run_dir=tmp_path / make.__name__, **SMALL))
+        with pytest.raises(acer_sync.UserError, match="predict got an empty batch") as error:
+            policy.predict(empty)
+        assert "\n" not in str(error.value)
+
+
+def test_every_part_of_a_dict_is_checked_whatever_the_order_of_its_keys(tmp_path):
+    # only the first part decided whether an observation fitted: a wrong image after a vector was a traceback
+    policy = acer_sync.load(acer_sync.train(make_position_and_pixels_env, run_dir=tmp_path / "run", **SMALL))
+    pixels, position = np.zeros((36, 36, 3), np.uint8), np.zeros(2, np.float32)
+    for wrong in [
+        {"pixels": np.zeros((20, 20, 3), np.uint8), "agent_pos": position},
+        {"pixels": np.zeros((20, 80, 3), np.uint8), "agent_pos": position},
+        {"pixels": np.stack([pixels, pixels]), "agent_pos": position},
+        {"pixels": pixels, "agent_pos": np.zeros(5, np.float32)},
+    ]:
+        with pytest.raises(acer_sync.UserError, match="predict takes an observation of Dict") as error:
+            policy.predict(wrong)
+        assert "\n" not in str(error.value)
+
+
+def test_a_dict_with_int_keys_and_an_image_trains_and_predicts(tmp_path):
+    # its parts were looked up by the text of their keys in the env's observation: KeyError '0'
+    make = NumberedSensors
+    policy = acer_sync.load(acer_sync.train(make, run_dir=tmp_path / "run", **SMALL))
+    raw, _ = make().reset(seed=0)
+    frames, _ = acer_sync.make_env(make).reset(seed=0)
+    assert policy.predict(raw, deterministic=True)[0] == policy.predict(frames, deterministic=True)[0]
 
 
 def test_a_discrete_observation_below_its_start_is_refused_not_read_from_the_end(tmp_path):

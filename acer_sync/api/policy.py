@@ -147,10 +147,12 @@ class Policy:
         space = self.observation_space
         if space is not None:
             n = _batch_size(space, observation)
+            if n == 0:
+                raise UserError("predict got an empty batch: give at least one observation")
             if n is not None:
                 if _outside_discrete(space, observation):  # gymnasium's flatten would encode it as another value
                     raise UserError(f"predict takes an observation of {space}; this one has a discrete part outside its range")
-                items = [observation] if n == 0 else iterate(batch_space(space, n), observation)
+                items = [observation] if n == SINGLE else iterate(batch_space(space, n), observation)
                 try:
                     adapted = [adapt_observation(space, item) for item in items]
                     frames = {key: np.stack([a[key] for a in adapted]) for key in adapted[0]} \
@@ -158,7 +160,7 @@ class Policy:
                 except (ValueError, TypeError, KeyError, IndexError, AssertionError) as error:
                     raise UserError(f"predict takes an observation of {space} or a batch of them; this one does not fit it "
                                     f"({type(error).__name__}: {error})") from None
-                return frames, n == 0
+                return frames, n == SINGLE
         shape = self.observation_shape
         if isinstance(shape, dict):
             return self._part_frames(observation)
@@ -287,19 +289,25 @@ def _outside_discrete(space: gym.Space, observation) -> bool:
     return False
 
 
+#: :func:`_batch_size` of one observation (not a batch).
+SINGLE = -1
+
+
 def _batch_size(space: gym.Space, observation) -> int | None:
-    """0 where ``observation`` is one observation of ``space``, n where it is a batch of n (as a
-    gymnasium vector env returns it: a dict of arrays ``[n, ...]`` for a Dict), None where its
-    structure is neither."""
+    """:data:`SINGLE` where ``observation`` is one observation of ``space``, n where it is a batch of
+    n (as a gymnasium vector env returns it: a dict of arrays ``[n, ...]`` for a Dict), None where
+    its structure is neither. A Dict's or a Tuple's parts must all agree: ``make_env``'s frames of a
+    Dict whose first part is a vector match the env's space in that part, not in its image."""
     if isinstance(space, gym.spaces.Dict):
         if not isinstance(observation, dict) or set(observation) != set(space.spaces):
             return None
-        key = next(iter(space.spaces))
-        return _batch_size(space.spaces[key], observation[key])
+        sizes = {_batch_size(part, observation[key]) for key, part in space.spaces.items()}
+        return sizes.pop() if len(sizes) == 1 else None
     if isinstance(space, gym.spaces.Tuple):
         if not isinstance(observation, tuple) or len(observation) != len(space.spaces):
             return None
-        return _batch_size(space.spaces[0], observation[0])
+        sizes = {_batch_size(part, item) for part, item in zip(space.spaces, observation)}
+        return sizes.pop() if len(sizes) == 1 else None
     array = np.asarray(observation)
     if array.dtype == object:
         return None
@@ -307,7 +315,7 @@ def _batch_size(space: gym.Space, observation) -> int | None:
     if isinstance(space, gym.spaces.Discrete) and not np.issubdtype(array.dtype, np.integer):
         return None
     if array.shape == shape:
-        return 0
+        return SINGLE
     return len(array) if array.ndim and array.shape[1:] == shape else None
 
 
