@@ -230,6 +230,8 @@ def test_a_resume_that_moves_a_linear_schedules_end_says_how_the_rate_changes(tm
     "env, settings, message",
     [
         ("CartPole-v1", dict(learning_rate=0.1), "unknown setting 'learning_rate'"),
+        ("CartPole-v1", dict(stop_at_reward=30), "stop_at_reward is train.py's flag --stop-at-reward, not a setting "
+                                                 "(from Python: acer_sync.train(callbacks=[acer_sync.StopTrainingOnReward(x)]))"),
         ("CartPole-v1", dict(num_envs=2.5), "num_envs must be an integer, got 2.5"),
         ("CartPole-v1", dict(lr=0.0, gamma=2.0), "--lr must be finite and > 0; --gamma must be in (0, 1]"),
         ("CartPole-v1", dict(network="cnn"), "--network cnn does not fit CartPole-v1"),

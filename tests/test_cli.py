@@ -288,6 +288,10 @@ def test_missing_checkpoints(tmp_path):
     assert "no such run directory" in one_line_error(run("train.py", "--resume", tmp_path / "nothing"))
     (tmp_path / "empty").mkdir()
     assert "holds no checkpoint" in one_line_error(run("play.py", tmp_path / "empty"))
+    # the docs wrote step_<N>.pt, and a step copy's N has 10 digits
+    (tmp_path / "step_0000016000.pt").write_bytes(b"")
+    line = one_line_error(run("play.py", tmp_path / "step_16000.pt"))
+    assert line.endswith(f"does not exist; did you mean {tmp_path / 'step_0000016000.pt'}?")
 
 
 def test_play_on_a_full_disk_leaves_no_broken_video_and_exits_5(pong_run, tmp_path):

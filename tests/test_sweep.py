@@ -426,6 +426,7 @@ def test_train_config_file_overrides_the_preset_and_a_flag_overrides_the_file(tm
     [
         ("lr: fast\n", "lr must be a number, got 'fast'"),
         ("learning_rate: 0.1\n", "unknown setting 'learning_rate'"),
+        ("run_dir: runs/mine\n", "run_dir is train.py's flag --run-dir, not a setting"),
         ("lr: .nan\n", "lr must be a finite number"),
         ("[1, 2]\n", "expected a mapping of settings"),
         ("lr: 0.001\nlr: 0.002\n", "not valid YAML at line 2: 'lr' is given twice"),  # the last one won, in silence

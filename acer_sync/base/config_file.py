@@ -69,11 +69,24 @@ def field_types() -> dict[str, str]:
     return {f.name: f.type if isinstance(f.type, str) else f.type.__name__ for f in fields()}
 
 
+#: train.py's flags of the run itself, which are not settings: what takes their place in Python.
+COMMAND_LINE_ONLY = {
+    "run_dir": "acer_sync.train's run_dir argument",
+    "resume": "acer_sync.train's resume argument",
+    "config": "the settings themselves",
+    "no_progress": "acer_sync.train(progress_bar=False)",
+    "stop_at_reward": "acer_sync.train(callbacks=[acer_sync.StopTrainingOnReward(x)])",
+}
+
+
 def check_setting(name: str, value, source: str):
     """``value`` as Config field ``name`` (or an alias of it) holds it, or a UserError saying what
     is wrong in ``source``."""
     name = setting_name(name)
     types = field_types()
+    if name in COMMAND_LINE_ONLY:
+        raise UserError(f"{source}: {name} is train.py's flag --{name.replace('_', '-')}, not a setting "
+                        f"(from Python: {COMMAND_LINE_ONLY[name]})")
     if name not in types:
         raise UserError(f"{source}: unknown setting {name!r}; settings are train.py's config names, such as replay_ratio")
     kind = types[name]

@@ -128,8 +128,16 @@ def resolve_checkpoint(path: str | Path) -> Path:
             raise UserError(f"{path} holds no checkpoint ({candidate} is missing){copy_hint(candidate)}")
         return candidate
     if not path.exists():
-        raise UserError(f"checkpoint {path} does not exist")
+        raise UserError(f"checkpoint {path} does not exist{step_copy_hint(path)}")
     return path
+
+
+def step_copy_hint(path: Path) -> str:
+    """Where ``path`` names a step copy by an unpadded step (``step_16000.pt``): the copy's own name
+    (``step_0000016000.pt``) where it is there, as "; ..." to end a message; empty otherwise."""
+    match = re.fullmatch(r"step_(\d+)\.pt", path.name)
+    padded = path.with_name(f"step_{int(match[1]):010d}.pt") if match else None
+    return f"; did you mean {padded}?" if padded is not None and padded != path and padded.is_file() else ""
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path:
