@@ -482,6 +482,9 @@ def run_sweep(
     check_same_sweep(sweep, sweep_dir)
     quiet_ray()
     start_ray(address, runs_dir)
+    # Ray's core installs a handler that answers SIGTERM (a cluster's scheduler ending the job, a
+    # `timeout`) with a native stack dump and an abort, the trials unsaved: it is a Ctrl-C here.
+    sigterm_handler = signal.signal(signal.SIGTERM, sigterm_as_sigint)
     try:
         with forward_trial_lines():
             if address is not None:
@@ -510,4 +513,10 @@ def run_sweep(
             report(outcomes)
     finally:
         ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm_handler)
     return outcomes
+
+
+def sigterm_as_sigint(signum, frame) -> None:
+    """SIGTERM taken as SIGINT, sweep.py's Ctrl-C: the trials save, then Tune stops them."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
