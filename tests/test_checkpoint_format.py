@@ -84,6 +84,15 @@ def test_a_format_1_run_plays_and_resumes_with_its_saved_buffer(tmp_path, name, 
         assert int(arrays["format"]) == BUFFER_FORMAT
 
 
+def test_a_format_1_buffer_of_another_step_is_not_used(tmp_path, capsys):
+    # its step was not recorded, and any checkpoint took it: it is its steps per env times its envs
+    run_dir = copied(tmp_path, "cartpole_mlp")
+    acer_sync.train(resume=run_dir, total_timesteps=520, save_buffer=False, progress_bar=False)  # buffer.npz stays at 480
+    acer_sync.train(resume=run_dir, total_timesteps=560, progress_bar=False)
+    said = capsys.readouterr().out
+    assert "the saved replay buffer is from step 480, not the checkpoint's 520, so it is not used" in said
+
+
 def test_a_buffer_of_the_first_release_loads_with_zero_timeout_values():
     with np.load(FORMAT1 / "cartpole_mlp_first" / "checkpoints" / "buffer.npz") as arrays:
         assert "timeout_values" not in arrays and "format" not in arrays
