@@ -112,6 +112,9 @@ class EnvInfo:
     #: uint8 ``(H, W)`` or ``(C, H, W)``, any other part a float32 vector). Empty for one array,
     #: whose shape and dtype are ``frame_shape`` and ``frame_dtype``.
     frame_parts: tuple[tuple[str, tuple[int, ...], str], ...] = ()
+    #: The images as the versions before SB3's rule read them (:class:`LegacyImages`), for a run
+    #: trained then whose network reads a uint8 Box of other bounds as an image, or pixels of rank 4 flattened.
+    legacy_images: bool = False
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -173,9 +176,10 @@ def kwargs_text(env_kwargs: dict) -> str:
     return " ".join(f"{key}={value}" for key, value in env_kwargs.items())
 
 
-def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
+def env_info(env_id: str, env_kwargs: dict | None = None, legacy_images: bool = False) -> EnvInfo:
     """Inspect ``env_id``, made with ``env_kwargs``, once (builds and closes one env) and check
-    that ACER can run it."""
+    that ACER can run it. ``legacy_images``: its images as the versions before SB3's rule read
+    them (:class:`LegacyImages`)."""
     env_kwargs = dict(env_kwargs or {})
     spec = resolve_spec(env_id)
     atari = spec.entry_point == ATARI_ENTRY_POINT
@@ -186,7 +190,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             "frameskip and obs_type by the Atari preprocessing)"
         )
     try:
-        env = gym.make(spec, **env_kwargs) if atari else make_gym_env(env_id, env_kwargs=env_kwargs)
+        env = gym.make(spec, **env_kwargs) if atari else make_gym_env(env_id, env_kwargs=env_kwargs, legacy_images=legacy_images)
     except UserError:  # what make_gym_env says of the env (not an env, an unsupported space) is said as it is
         raise
     except (Exception, SystemExit) as error:  # noqa: BLE001 - the env's own constructor may raise anything (an OSError from a device)
@@ -236,7 +240,7 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
         frame_parts = tuple((key, tuple(box.shape), box.dtype.name) for key, box in observation_space.spaces.items())
         return EnvInfo(env_id, False, (), np.dtype(np.uint8), 1, int(action_space.n), env_kwargs=env_kwargs,
                        observation_space=own_space, frame_parts=frame_parts, action_start=int(action_space.start),
-                       action_names=names)
+                       action_names=names, legacy_images=legacy_images)
     # make_gym_env has turned the observations into frames: a vector, or a uint8 image (H, W) or (C, H, W).
     frame_shape = tuple(observation_space.shape)
     image = len(frame_shape) > 1
@@ -248,10 +252,11 @@ def env_info(env_id: str, env_kwargs: dict | None = None) -> EnvInfo:
             env_id, False, frame_shape, frame_dtype, 1, int(action_space.shape[0]),
             continuous=True, action_low=tuple(float(x) for x in action_space.low),
             action_high=tuple(float(x) for x in action_space.high), env_kwargs=env_kwargs,
-            observation_space=own_space,
+            observation_space=own_space, legacy_images=legacy_images,
         )
     return EnvInfo(env_id, False, frame_shape, frame_dtype, 1, int(action_space.n), env_kwargs=env_kwargs,
-                   observation_space=own_space, action_start=int(action_space.start), action_names=names)
+                   observation_space=own_space, action_start=int(action_space.start), action_names=names,
+                   legacy_images=legacy_images)
 
 
 def user_action_names(env: gym.Env) -> list[str]:
@@ -418,6 +423,29 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     return adapted
 
 
+class LegacyImages(gym.Wrapper):
+    """An env's observations as the versions before SB3's image rule (a uint8 Box is an image only
+    with the bounds 0 and 255) read them, for the runs they trained: any uint8 Box of rank 2 or 3
+    an image (its space given the bounds 0 and 255), and pixels of rank 4 a vector to flatten (its
+    space given the bound 254, so that they are not taken for pixels and refused). The observations
+    themselves are untouched."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.observation_space = legacy_image_space(env.observation_space)
+
+
+def legacy_image_space(space: gym.Space) -> gym.Space:
+    """``space`` with the bounds :class:`LegacyImages` gives its uint8 Boxes, however deep."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({key: legacy_image_space(part) for key, part in space.spaces.items()})
+    if isinstance(space, gym.spaces.Tuple):
+        return gym.spaces.Tuple(tuple(legacy_image_space(part) for part in space.spaces))
+    if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) >= 2:
+        return gym.spaces.Box(0, 255 if len(space.shape) <= 3 else 254, space.shape, np.uint8)
+    return space
+
+
 def adapt_observation(space: gym.Space, observation):
     """One observation of the env's own ``space`` as :func:`adapt_observations` turns it into a
     frame: an image channels first, a Dict or Tuple with an image in it a dict of parts, anything
@@ -454,15 +482,18 @@ class FireReset(gym.Wrapper):
 
 def make_gym_env(
     env_id: str, render_mode: str | None = None, noop_max: int = NOOP_MAX, env_kwargs: dict | None = None,
+    legacy_images: bool = False,
 ) -> gym.Env:
     """One gymnasium env, made with ``env_kwargs``, with this project's preprocessing (Atari) or
-    its observations turned into frames (anything else, :func:`adapt_observations`)."""
+    its observations turned into frames (anything else, :func:`adapt_observations`; with
+    ``legacy_images``, as the versions before SB3's rule turned them: :class:`LegacyImages`)."""
     spec = resolve_spec(env_id)
     kwargs = dict(env_kwargs or {})
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if spec.entry_point != ATARI_ENTRY_POINT:
-        return adapt_observations(gym.make(spec, **kwargs), env_id)
+        env = gym.make(spec, **kwargs)
+        return adapt_observations(LegacyImages(env) if legacy_images else env, env_id)
     env = gym.make(spec, frameskip=1, **kwargs)
     if "FIRE" in env.unwrapped.get_action_meanings():
         # Inside the frame skip, so FIRE is one emulator frame, as in ale-py's vector env.
@@ -775,7 +806,7 @@ class VecEnv:
             )
         elif backend in ("subproc", "sync"):
             same_step = gym.vector.AutoresetMode.SAME_STEP
-            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max, info.env_kwargs)] * num_envs
+            fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max, info.env_kwargs, info.legacy_images)] * num_envs
             try:
                 with _gym_logger_quiet():
                     if backend == "subproc":

@@ -282,3 +282,60 @@ def test_a_checkpoint_written_without_crcs_loads(tmp_path):
         assert {info.CRC for info in archive.infolist()} == {0}
     loaded = load_checkpoint(tmp_path / "latest.pt")["model"]
     assert all(torch.equal(loaded[key], tensor) for key, tensor in payload["model"].items())
+
+
+class CellsOrFrames(gym.Env):
+    """A uint8 observation of ``SHAPE`` bounded 0 and ``HIGH``: a grid of cell codes (40x40, up to
+    9), or two stacked RGB frames (2x8x8x3, up to 255). The bound is a class attribute, so that a
+    test can give a run the space its env had and then the one it has now."""
+
+    SHAPE, HIGH = (40, 40), 255
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, self.HIGH, self.SHAPE, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.integers(0, 10, self.SHAPE).astype(np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.np_random.integers(0, 10, self.SHAPE).astype(np.uint8), float(action), self.t >= 15, False, {}
+
+
+@pytest.mark.parametrize("shape, high_then, high_now", [((40, 40), 255, 9), ((2, 8, 8, 3), 254, 255)], ids=["grid", "rank4"])
+def test_a_run_from_before_sb3s_image_rule_loads_plays_and_resumes_as_it_read_its_images(tmp_path, monkeypatch, shape,
+                                                                                        high_then, high_now):
+    # Before 8c65b58 any uint8 Box of rank 2 or 3 was an image (a grid of cell codes 0-9 went to the
+    # CNN) and pixels of rank 4 were flattened; since, the grid is a vector and rank-4 pixels are
+    # refused, and such runs did not load. The bounds then make the env read as it was read then.
+    from acer_sync.cli.play import policy_env
+
+    env_id = f"CellsOrFrames{len(shape)}-v0"
+    gym.register(env_id, entry_point=CellsOrFrames)
+    try:
+        monkeypatch.setattr(CellsOrFrames, "SHAPE", shape)
+        monkeypatch.setattr(CellsOrFrames, "HIGH", high_then)
+        run_dir = tmp_path / "run"
+        acer_sync.train(env_id, run_dir=run_dir, total_timesteps=80, num_envs=2, vec_env="sync", hidden="8",
+                        eval_every=0, verbose=0)
+        arch = load_checkpoint(run_dir)["model_spec"]["arch"]
+        assert arch == ("cnn" if len(shape) == 2 else "mlp")
+        monkeypatch.setattr(CellsOrFrames, "HIGH", high_now)
+        policy = acer_sync.load(run_dir)
+        assert policy.legacy_images
+        observation, _ = CellsOrFrames().reset(seed=0)
+        action, _ = policy.predict(observation, deterministic=True)
+        assert action in (0, 1)
+        assert policy_env(policy, run_dir).legacy_images  # play.py plays it so
+        acer_sync.train(resume=run_dir, total_timesteps=160, verbose=0)
+        assert load_checkpoint(run_dir)["counters"]["timesteps"] == 160
+        assert load_checkpoint(run_dir)["model_spec"]["arch"] == arch
+        fresh = acer_sync.train(env_id, run_dir=tmp_path / "fresh", total_timesteps=40, num_envs=2, vec_env="sync",
+                                hidden="8", eval_every=0, verbose=0) if len(shape) == 2 else None
+        if fresh is not None:  # a run started now reads the grid as a vector
+            assert load_checkpoint(fresh)["model_spec"]["arch"] == "mlp" and not acer_sync.load(fresh).legacy_images
+    finally:
+        gym.registry.pop(env_id)

@@ -21,7 +21,7 @@ from acer_sync.api.env_callables import callable_is_shared
 from acer_sync.base.config import PRECISIONS, Config, setting_defaults
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
-from acer_sync.nets.build import image_rule_hint, in_saved_form, model_spec, select_device
+from acer_sync.nets.build import image_rule_hint, in_saved_form, model_spec, saved_env_info, select_device
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses, native_bf16, runs_in_bf16
@@ -36,7 +36,6 @@ from atari.envs import (
     adapt_observation,
     adapt_observations,
     baselines_life_loss_actions,
-    env_info,
     make_gym_env,
     resolve_spec,
 )
@@ -67,9 +66,11 @@ class Policy:
     def __init__(
         self, model: Network, distribution: Distribution, env_id: str, device: torch.device,
         env_kwargs: dict | None = None, precision: str = "fp32", observation_space: gym.Space | None = None,
-        vec_env: str = "",
+        vec_env: str = "", legacy_images: bool = False,
     ):
         self.model = model.eval()
+        #: The run read its images as the versions before SB3's image rule did (:class:`atari.envs.LegacyImages`).
+        self.legacy_images = legacy_images
         self.precision = precision
         self.net = NetworkPasses(self.model, precision, device)
         self.distribution = distribution
@@ -251,7 +252,8 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         log.warning(f"warning: {path}'s policy runs in bf16, which {device.type} here emulates, slower than fp32; "
                     "acer_sync.load(..., precision='fp32') or play.py --precision fp32 runs it in fp32")
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
-                  observation_space=observation_space, vec_env=str(config.get("vec_env", "")))
+                  observation_space=observation_space, vec_env=str(config.get("vec_env", "")),
+                  legacy_images=info is not None and info.legacy_images)
 
 
 def _in_one_line(error: BaseException, limit: int = 300) -> str:
@@ -327,8 +329,9 @@ def check_env_fits(path, payload: dict) -> EnvInfo | None:
     if callable_is_shared(str(payload["env_id"])):
         return None
     try:
-        info = env_info(str(payload["env_id"]), dict(payload["config"]["env_kwargs"]))
-        expected = in_saved_form(payload["model_spec"], model_spec(info, Config(**payload["config"])))
+        config = Config(**payload["config"])
+        info = saved_env_info(payload["model_spec"], str(payload["env_id"]), dict(payload["config"]["env_kwargs"]), config)
+        expected = in_saved_form(payload["model_spec"], model_spec(info, config))
     except (UserError, TypeError, ValueError):
         return None
     if payload["model_spec"] != expected:

@@ -42,7 +42,15 @@ from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
-from acer_sync.nets.build import build_model, image_rule_hint, in_saved_form, model_spec, network_arch, select_device
+from acer_sync.nets.build import (
+    build_model,
+    image_rule_hint,
+    in_saved_form,
+    model_spec,
+    network_arch,
+    saved_env_info,
+    select_device,
+)
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
@@ -412,7 +420,7 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     progress = run_dir / "progress.csv"
     if progress.exists() and progress.stat().st_size > 0:
         check_progress(progress)
-    info = env_info(config.env, config.env_kwargs)
+    info = saved_env_info(payload["model_spec"], config.env, config.env_kwargs, config)
     check_config(config, info, resumed=True)
     expected = in_saved_form(payload["model_spec"], model_spec(info, config))
     if payload["model_spec"] != expected or payload["env_id"] != config.env:

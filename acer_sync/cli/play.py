@@ -68,7 +68,7 @@ def policy_env(policy: Policy, checkpoint: Path) -> EnvInfo:
             f"{checkpoint} was trained on an env that a Python callable makes ({policy.env_id.split('/', 1)[1]}), "
             "which play.py cannot build; play it from Python with acer_sync.load(RUN_DIR).predict(observation)"
         )
-    return env_info(policy.env_id, policy.env_kwargs)  # acer_sync.load checked that the network fits it
+    return env_info(policy.env_id, policy.env_kwargs, policy.legacy_images)  # acer_sync.load checked that the network fits it
 
 
 def exact(value: np.floating) -> str:

@@ -9,7 +9,7 @@ import torch
 from acer_sync.base.config import Config, hidden_sizes
 from acer_sync.base.errors import UserError
 from acer_sync.nets.networks import RECURRENT_ARCHS, Network, complete_spec, network_from_spec
-from atari.envs import EnvInfo, check_cnn_image_sides, image_layout, named_parts
+from atari.envs import EnvInfo, check_cnn_image_sides, env_info, image_layout, named_parts
 
 
 def select_device(name: str) -> torch.device:
@@ -69,6 +69,34 @@ def image_rule_hint(saved_spec: dict, expected_spec: dict) -> str:
         return ""
     return ("; a uint8 Box is an image only with the bounds 0 and 255 since this version (SB3's rule), and this "
             "checkpoint's network read one of other bounds as an image: give the env's space those bounds to use it")
+
+
+def saved_env_info(saved_spec: dict, env_id: str, env_kwargs: dict, config: Config) -> EnvInfo:
+    """The env of a checkpoint whose network is ``saved_spec``, as its run read the observations:
+    as this version reads them, or, where that gives another network and a version before SB3's
+    image rule gave this one (a uint8 Box of other bounds read as an image, pixels of rank 4
+    flattened), as that version read them (``legacy_images``). Its UserError where neither fits
+    (the caller says what differs)."""
+    def fits(info: EnvInfo) -> bool:
+        try:
+            return in_saved_form(saved_spec, model_spec(info, config)) == saved_spec
+        except (UserError, TypeError, ValueError):
+            return False
+
+    try:
+        info, refusal = env_info(env_id, env_kwargs), None
+    except UserError as error:  # pixels of rank 4, flattened before
+        info, refusal = None, error
+    if info is None or not fits(info):
+        try:
+            legacy = env_info(env_id, env_kwargs, legacy_images=True)
+        except UserError:
+            legacy = None
+        if legacy is not None and legacy != info and fits(legacy):
+            return legacy
+    if refusal is not None:
+        raise refusal
+    return info
 
 
 def torso_view(info: EnvInfo) -> dict:
