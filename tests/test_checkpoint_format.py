@@ -84,6 +84,35 @@ def test_a_format_1_run_plays_and_resumes_with_its_saved_buffer(tmp_path, name, 
         assert int(arrays["format"]) == BUFFER_FORMAT
 
 
+def test_the_first_versions_mlp_whose_pi_and_q_share_a_torso_loads_as_the_same_function_and_resumes(tmp_path):
+    # 574b2b6 gave Q a torso of its own without a migration: the first version's MLP runs did not load
+    stored = torch.load(FORMAT1 / "cartpole_mlp_shared" / "checkpoints" / "latest.pt", weights_only=True)
+    weights = stored["model"]
+    assert not any(name.startswith("q_torso.") for name in weights)
+    obs = torch.tensor([[0.1, -0.2, 0.03, 0.4], [-1.0, 0.5, 0.2, -0.1]])
+    shared = torch.tanh(torch.tanh(obs @ weights["torso.body.1.weight"].T + weights["torso.body.1.bias"])
+                        @ weights["torso.body.3.weight"].T + weights["torso.body.3.bias"])
+    pi_then = torch.softmax(shared @ weights["policy_head.weight"].T + weights["policy_head.bias"], dim=-1)
+    q_then = shared @ weights["q_head.weight"].T + weights["q_head.bias"]
+    policy = acer_sync.load(FORMAT1 / "cartpole_mlp_shared")
+    with torch.no_grad():
+        features, _ = policy.model.unroll(obs[None, :, None], torch.zeros(1, 2, dtype=torch.bool), policy.model.initial_state(2))
+        pi_now, q_now = policy.model(features)
+    torch.testing.assert_close(pi_now, pi_then, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(q_now, q_then, rtol=1e-6, atol=1e-6)
+    payload = load_checkpoint(FORMAT1 / "cartpole_mlp_shared")
+    names = [name for name, _ in policy.model.named_parameters()]
+    state = payload["optimizer"]["state"]
+    assert len(state) == len(names) == len(payload["optimizer"]["param_groups"][0]["params"])
+    for layer in ("body.1.weight", "body.3.bias"):  # Q's copy of RMSProp's v is the shared torso's
+        assert torch.equal(state[names.index(f"head.q_mlp.{layer}")]["square_avg"],
+                           state[names.index(f"head.pi_mlp.{layer}")]["square_avg"])
+    assert torch.equal(payload["average_model"]["head.q_mlp.body.1.weight"], stored["average_model"]["torso.body.1.weight"])
+    run_dir = copied(tmp_path, "cartpole_mlp_shared")
+    acer_sync.train(resume=run_dir, total_timesteps=560, progress_bar=False)
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 560
+
+
 def test_a_format_1_buffer_of_another_step_is_not_used(tmp_path, capsys):
     # its step was not recorded, and any checkpoint took it: it is its steps per env times its envs
     run_dir = copied(tmp_path, "cartpole_mlp")

@@ -305,6 +305,9 @@ def migrate(payload: dict) -> dict:
     """
     payload = dict(payload)
     if payload["format"] == 1:
+        if payload["model_spec"].get("arch") == "mlp" and payload["model_spec"].get("policy", "categorical") == "categorical" \
+                and _shares_its_torso(payload["model"]):
+            payload = _split_shared_torso(payload)
         payload["config"] = {**setting_defaults(), **payload["config"]}
         payload["model_spec"] = {"policy": "categorical", "normalize_obs": False, **payload["model_spec"]}
         payload["counters"] = {"nonfinite_updates": 0, "time_elapsed": 0.0, **payload["counters"]}
@@ -331,6 +334,32 @@ def migrate(payload: dict) -> dict:
     # Format 3 specs written before a key existed (lstm_norm) mean what its default means.
     if isinstance(payload.get("model_spec"), dict):
         payload["model_spec"] = complete_spec(payload["model_spec"])
+    return payload
+
+
+def _shares_its_torso(model: dict) -> bool:
+    """Whether a format-1 MLP net is the first version's, whose π and Q shared one torso."""
+    return any(name.startswith("torso.") for name in model) and not any("_torso." in name for name in model)
+
+
+def _split_shared_torso(payload: dict) -> dict:
+    """The first version's MLP net (π and Q on one torso) as the nets since (each its own): Q's
+    torso a copy of the shared one, in the network, the average network and RMSProp's state (by
+    parameter index: the copies come after the saved parameters, and the format-3 migration puts
+    them in the composed network's order). The same function; from there on they learn apart."""
+    payload = dict(payload)
+    shared = [name for name in payload["model"] if name.startswith("torso.")]
+    for key in ("model", "average_model"):
+        payload[key] = {**payload[key], **{f"q_{name}": payload[key][name].clone() for name in shared}}
+    optimizer = payload["optimizer"]
+    names = list(payload["model"])
+    index = {name: names.index(name) for name in shared}
+    state = dict(optimizer["state"])
+    for position, name in enumerate(shared):
+        if index[name] in state:
+            state[len(names) - len(shared) + position] = {k: v.clone() for k, v in state[index[name]].items()}
+    groups = [{**group, "params": list(range(len(names)))} for group in optimizer["param_groups"]]
+    payload["optimizer"] = {**optimizer, "state": state, "param_groups": groups}
     return payload
 
 
