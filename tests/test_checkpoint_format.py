@@ -113,13 +113,39 @@ def test_the_first_versions_mlp_whose_pi_and_q_share_a_torso_loads_as_the_same_f
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 560
 
 
-def test_a_format_1_buffer_of_another_step_is_not_used(tmp_path, capsys):
-    # its step was not recorded, and any checkpoint took it: it is its steps per env times its envs
+def without_its_step(run_dir, **changed):
+    """The run's buffer.npz as written before buffers recorded their checkpoint's step (and ``changed`` arrays)."""
+    path = run_dir / "checkpoints" / "buffer.npz"
+    with np.load(path) as arrays:
+        kept = {name: arrays[name] for name in arrays.files if name != "checkpoint_step"}
+    np.savez(path, **{**kept, **changed})
+
+
+def test_a_buffer_that_did_not_record_its_step_is_not_used_with_an_earlier_checkpoint(tmp_path, capsys):
+    # its step was not recorded, and any checkpoint took it: it is at least its steps per env times its envs
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=480, num_envs=2, vec_env="sync", buffer_size=200,
+                    replay_start=40, checkpoint_every=240, save_buffer=True, eval_every=0, verbose=0)
+    without_its_step(run_dir)
+    checkpoints = run_dir / "checkpoints"
+    shutil.copy(checkpoints / "step_0000000240.pt", checkpoints / "latest.pt")  # the docs' way back to a step copy
+    capsys.readouterr()
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False)
+    said = capsys.readouterr().out
+    assert "the saved replay buffer is from step 480 or later, not the checkpoint's 240, so it is not used" in said
+
+
+def test_a_buffer_that_did_not_record_its_step_is_used_where_it_may_be_the_checkpoints(tmp_path, capsys):
+    # a run resumed once without its buffer wrote fewer steps into the next: 60 per env at step 240
     run_dir = copied(tmp_path, "cartpole_mlp")
-    acer_sync.train(resume=run_dir, total_timesteps=520, save_buffer=False, progress_bar=False)  # buffer.npz stays at 480
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False)
+    without_its_step(run_dir, counters=np.array([60, 3]))
     acer_sync.train(resume=run_dir, total_timesteps=560, progress_bar=False)
     said = capsys.readouterr().out
-    assert "the saved replay buffer is from step 480, not the checkpoint's 520, so it is not used" in said
+    assert "replay resumes with the saved buffer (60 steps per env) (saved before buffers recorded" in said
+    without_its_step(run_dir, counters=np.array([60, 3, 0]))
+    with pytest.raises(acer_sync.UserError, match="counters is \\(3,\\), expected \\(2,\\)"):
+        acer_sync.train(resume=run_dir, total_timesteps=600, progress_bar=False)
 
 
 def test_a_buffer_of_the_first_release_loads_with_zero_timeout_values():

@@ -552,18 +552,24 @@ def save_buffer(directory: Path, buffer, timesteps: int) -> None:
 
 
 def buffer_step(arrays) -> int | None:
-    """The checkpoint step a saved buffer's arrays (an npz file, open) belong to. A file written
-    before buffers recorded it came from the serial loop (the overlapped one came later), whose
-    checkpoint at step S had written S / num_envs steps per env: its ``counters``' steps per env
-    times its envs. None where neither can be read."""
-    if "checkpoint_step" in arrays.files:
-        return int(arrays["checkpoint_step"])
-    if "counters" in arrays.files and "actions" in arrays.files:
-        shape = arrays["actions"].shape  # [slots, num_envs, ...]
-        counters = np.asarray(arrays["counters"])
-        if counters.shape == (2,) and len(shape) >= 2:
-            return int(counters[0]) * int(shape[1])
-    return None
+    """The checkpoint step a saved buffer's arrays (an npz file, open) belong to; None for a file
+    written before buffers recorded it."""
+    return int(arrays["checkpoint_step"]) if "checkpoint_step" in arrays.files else None
+
+
+def least_buffer_step(arrays) -> int | None:
+    """The least checkpoint step a buffer saved before buffers recorded their step can belong to:
+    its ``counters``' steps per env (written since it last started empty) times its envs. Such
+    files came from the serial loop (the overlapped one came later), whose checkpoint at step S
+    had written at most S / num_envs steps per env into the buffer. None where it cannot be read
+    (:meth:`~acer_sync.replay.buffer.ReplayBuffer.load_state` then says why)."""
+    try:
+        counters, actions = np.asarray(arrays["counters"]), arrays["actions"]
+    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile):
+        return None
+    if counters.shape != (2,) or actions.ndim < 2:
+        return None
+    return int(counters[0]) * int(actions.shape[1])
 
 
 def saved_buffer_step(directory: Path) -> int | None:
@@ -590,9 +596,15 @@ def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
             raise ValueError("it holds one array, not the npz archive of arrays that a buffer is saved as")
         with arrays:
             saved_step = buffer_step(arrays)
-            if saved_step != timesteps:
+            if saved_step is not None and saved_step != timesteps:
                 return (
                     f"the saved replay buffer is from step {saved_step}, not the checkpoint's {timesteps}, so it is "
+                    "not used: replay starts empty"
+                )
+            least = least_buffer_step(arrays) if saved_step is None else None
+            if least is not None and least > timesteps:  # a step copy put back as latest.pt, say
+                return (
+                    f"the saved replay buffer is from step {least} or later, not the checkpoint's {timesteps}, so it is "
                     "not used: replay starts empty"
                 )
             buffer.load_state(arrays)
@@ -602,7 +614,8 @@ def load_buffer(run_dir: Path, buffer, timesteps: int) -> str:
             f"cannot restore the replay buffer from {path}: {str(error).strip() or type(error).__name__}; move it "
             "away to resume with an empty replay"
         ) from None
-    return f"replay resumes with the saved buffer ({buffer.num_steps_stored} steps per env)"
+    unchecked = "" if saved_step is not None else " (saved before buffers recorded their checkpoint's step: not checked)"
+    return f"replay resumes with the saved buffer ({buffer.num_steps_stored} steps per env){unchecked}"
 
 
 def remove_leftovers(run_dir: Path) -> list[Path]:
