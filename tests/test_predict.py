@@ -212,6 +212,26 @@ def test_a_damaged_state_an_empty_batch_and_non_boolean_starts_are_one_line_erro
     assert np.ndim(policy.predict(obs, state, episode_start=[1])[0]) == 0  # 0 and 1 are booleans too
 
 
+class PixelsAndSpeed(DictSensors):
+    """An HWC image and a Box (1,) whose value the env returns as a number, which training takes."""
+
+    observation_space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8),
+                                         "speed": gym.spaces.Box(-1, 1, (1,), np.float32)})
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        return {**observation, "speed": np.float32(0.5)}, info
+
+
+def test_a_number_for_a_box_of_one_in_a_dict_is_taken_as_training_takes_it(tmp_path):
+    # since every part of a Dict is checked, the number was refused as not of shape (1,)
+    policy = acer_sync.load(acer_sync.train(PixelsAndSpeed, run_dir=tmp_path / "run", **SMALL))
+    observation, _ = PixelsAndSpeed().reset(seed=0)
+    assert np.shape(observation["speed"]) == ()
+    action, _ = policy.predict(observation, deterministic=True)
+    assert action == policy.predict({**observation, "speed": np.array([0.5], np.float32)}, deterministic=True)[0]
+
+
 def test_an_empty_batch_of_any_space_is_one_line(tmp_path):
     # an empty batch of a space that training converts (an image, a Dict) was taken for one observation
     for make, empty in [

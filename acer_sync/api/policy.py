@@ -316,8 +316,8 @@ def _batch_size(space: gym.Space, observation) -> int | None:
     shape = tuple(space.shape or ())
     if isinstance(space, gym.spaces.Discrete) and not np.issubdtype(array.dtype, np.integer):
         return None
-    if array.shape == shape:
-        return SINGLE
+    if array.shape == shape or (array.ndim == 0 and shape == (1,) and isinstance(space, gym.spaces.Box)):
+        return SINGLE  # a number for a Box (1,): training flattens it so
     return len(array) if array.ndim and array.shape[1:] == shape else None
 
 
