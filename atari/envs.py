@@ -283,6 +283,13 @@ def image_layout(space: gym.Space) -> str | None:
     return "chw" if space.shape[0] < space.shape[-1] else "hwc"
 
 
+def space_images(space: gym.Space) -> int:
+    """How many images (:func:`image_layout`) an observation of ``space`` holds: itself, or its parts."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return sum(image_layout(part) is not None for _, part in named_parts(space))
+    return int(image_layout(space) is not None)
+
+
 def is_pixel_box(space: gym.Space) -> bool:
     """A uint8 Box whose every bound is 0 and 255: pixels."""
     return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8

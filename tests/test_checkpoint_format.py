@@ -394,3 +394,33 @@ def test_a_run_from_before_sb3s_image_rule_loads_plays_and_resumes_as_it_read_it
             assert load_checkpoint(fresh)["model_spec"]["arch"] == "mlp" and not acer_sync.load(fresh).legacy_images
     finally:
         gym.registry.pop(env_id)
+
+
+class HwcGrid(CellsOrFrames):
+    """A 40x40x3 grid (HWC) of cell codes."""
+
+    SHAPE = (40, 40, 3)
+
+
+def test_a_callable_envs_run_from_before_sb3s_image_rule_takes_its_envs_observations_in_another_process(tmp_path):
+    # Where the env cannot be made (a callable of another process), the space saved in the checkpoint
+    # was read by today's rule: a grid of cell codes (bounds 0 and 9) that the CNN read in HWC was
+    # flattened and its numbers reshaped into channels, silently.
+    run_dir = acer_sync.train(HwcGrid, run_dir=tmp_path / "run", total_timesteps=40, num_envs=2, vec_env="sync",
+                              eval_every=0, verbose=0)
+    path = run_dir / "checkpoints" / "latest.pt"
+    payload = torch.load(path, weights_only=True)
+    assert payload["model_spec"]["arch"] == "cnn"
+    payload["observation_space"] = space_to_data(gym.spaces.Box(0, 9, (40, 40, 3), np.uint8))  # as the old version saved it
+    torch.save(payload, path)
+    gym.registry.pop(payload["env_id"])  # the callable is another process's
+    policy = acer_sync.load(run_dir)
+    assert policy.legacy_images
+    observation, _ = HwcGrid().reset(seed=0)
+    frames = np.moveaxis(observation, -1, 0)  # what training stored
+    with torch.no_grad():
+        features, _ = policy.model.unroll(torch.as_tensor(frames)[None, None, None], torch.zeros(1, 1, dtype=torch.bool),
+                                          policy.model.initial_state(1))
+        greedy = int(policy.model(features)[0].argmax())
+    assert policy.predict(observation, deterministic=True)[0] == greedy
+    assert policy._frames(observation)[0].shape == (1, 3, 40, 40) and np.array_equal(policy._frames(observation)[0][0], frames)

@@ -210,8 +210,9 @@ trial: {cpus: 1, gpus: 0}
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_saves_a_checkpoint_of_each_running_trial(tmp_path, signum):
     """As train.py does on SIGINT: no periodic checkpoint comes before the stop here, so the trials'
-    checkpoints can only be the ones saved at the stop. SIGTERM (a cluster's scheduler) is a Ctrl-C
-    too: Ray's handler had answered it with a native stack dump and exit 134, nothing saved."""
+    checkpoints can only be the ones saved at the stop. SIGTERM to sweep.py is a Ctrl-C too: Ray's
+    handler had answered it with a native stack dump and exit 134, nothing saved. (One sent to the
+    whole process group reaches Ray's own processes as well, which end at once: docs/many-runs.md.)"""
     sweep_file, runs_dir, log = tmp_path / "stop.yaml", tmp_path / "runs", tmp_path / "stop.log"
     sweep_file.write_text(STOP_YAML)
     run_dirs = [runs_dir / "stop" / name for name in (SEED0, SEED1)]

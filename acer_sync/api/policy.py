@@ -21,7 +21,14 @@ from acer_sync.api.env_callables import callable_is_shared
 from acer_sync.base.config import PRECISIONS, Config, setting_defaults
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
-from acer_sync.nets.build import image_rule_hint, in_saved_form, model_spec, saved_env_info, select_device
+from acer_sync.nets.build import (
+    image_rule_hint,
+    in_saved_form,
+    model_spec,
+    reads_images_as_before,
+    saved_env_info,
+    select_device,
+)
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses, native_bf16, runs_in_bf16
@@ -36,6 +43,7 @@ from atari.envs import (
     adapt_observation,
     adapt_observations,
     baselines_life_loss_actions,
+    legacy_image_space,
     make_gym_env,
     resolve_spec,
 )
@@ -241,6 +249,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
     if not isinstance(start, int) or isinstance(start, bool):
         raise UserError(f"{path} is not a usable acer_sync checkpoint: its action_start is {start!r}, not a whole number")
     distribution = DiagGaussian(n, payload["action_low"], payload["action_high"]) if spec["policy"] == "gaussian" else Categorical(n, start)
+    legacy_images = info is not None and info.legacy_images
     if info is not None:
         observation_space = info.observation_space
     else:  # an env that cannot be made here (a callable of another process): the space it had in training
@@ -248,12 +257,14 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
             observation_space = space_from_data(payload["observation_space"])
         except ValueError as error:
             raise UserError(f"{path} is not a usable acer_sync checkpoint: its observation_space is {error}") from None
+        if observation_space is not None and reads_images_as_before(spec, observation_space):
+            observation_space, legacy_images = legacy_image_space(observation_space), True
     if runs_in_bf16(model, precision) and native_bf16(device) is False:  # None: it cannot tell (no /proc/cpuinfo)
         log.warning(f"warning: {path}'s policy runs in bf16, which {device.type} here emulates, slower than fp32; "
                     "acer_sync.load(..., precision='fp32') or play.py --precision fp32 runs it in fp32")
     return Policy(model.to(device), distribution, env_id, device, dict(config["env_kwargs"]), precision,
                   observation_space=observation_space, vec_env=str(config.get("vec_env", "")),
-                  legacy_images=info is not None and info.legacy_images)
+                  legacy_images=legacy_images)
 
 
 def _in_one_line(error: BaseException, limit: int = 300) -> str:

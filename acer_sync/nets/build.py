@@ -9,7 +9,15 @@ import torch
 from acer_sync.base.config import Config, hidden_sizes
 from acer_sync.base.errors import UserError
 from acer_sync.nets.networks import RECURRENT_ARCHS, Network, complete_spec, network_from_spec
-from atari.envs import EnvInfo, check_cnn_image_sides, env_info, image_layout, named_parts
+from atari.envs import (
+    EnvInfo,
+    check_cnn_image_sides,
+    env_info,
+    image_layout,
+    legacy_image_space,
+    named_parts,
+    space_images,
+)
 
 
 def select_device(name: str) -> torch.device:
@@ -57,15 +65,24 @@ def network_arch(info: EnvInfo, config: Config) -> str:
     return arch
 
 
+def spec_images(spec: dict) -> int:
+    """How many images a network of ``spec`` reads: its frames (the CNN's), or its image parts."""
+    frames = spec.get("arch") in ("cnn", "cnn_lstm")
+    return int(frames) + sum(dtype == "uint8" for _, _, dtype in spec.get("obs_parts", []))
+
+
+def reads_images_as_before(spec: dict, space: gym.Space) -> bool:
+    """Whether a network of ``spec`` on an env of observation ``space`` was built by a version
+    before SB3's image rule: it reads more images than today's rule finds in ``space``, and as many
+    as that version found (:func:`atari.envs.legacy_image_space`)."""
+    return space_images(space) < spec_images(spec) == space_images(legacy_image_space(space))
+
+
 def image_rule_hint(saved_spec: dict, expected_spec: dict) -> str:
     """Where a checkpoint's network read images that the env's observations are no longer taken for,
     why, as "; ..." to end a message: a uint8 Box is an image only with the bounds 0 and 255 since
     the version that took SB3's rule (before, any uint8 Box of rank 2 or 3 was)."""
-    def images(spec: dict) -> int:
-        frames = spec.get("arch") in ("cnn", "cnn_lstm")
-        return int(frames) + sum(dtype == "uint8" for _, _, dtype in spec.get("obs_parts", []))
-
-    if images(saved_spec) <= images(expected_spec):
+    if spec_images(saved_spec) <= spec_images(expected_spec):
         return ""
     return ("; a uint8 Box is an image only with the bounds 0 and 255 since this version (SB3's rule), and this "
             "checkpoint's network read one of other bounds as an image: give the env's space those bounds to use it")
