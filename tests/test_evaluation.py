@@ -3,11 +3,13 @@
 import csv
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 import acer_sync
+import acer_sync.rollout.evaluation
 import acer_sync.training.callbacks
 from acer_sync.base.config import build_config
 from acer_sync.base.outcome import Stop
@@ -16,7 +18,7 @@ from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.errors import EnvFailed
-from helpers import NeverFire, categorical_net, stop_in_the_iteration_ending_at
+from helpers import NeverFire, categorical_net, read_progress, stop_in_the_iteration_ending_at
 
 
 class CountingEnv:
@@ -302,3 +304,27 @@ def test_play_with_an_evaluations_seed_replays_its_greedy_games_score_for_score(
     play.main([str(run_dir), "--seed", str(3 + 1_000_003 * (1 + step // 200)), "--num-envs", "2", "--episodes", "4", "--greedy"])
     said = capsys.readouterr().out.splitlines()[-1]
     assert said == f"mean score over 4 episodes: {last['eval_mean']} (std {last['eval_std']})"
+
+
+class Endless(gym.Env):
+    """A Discrete(2) env whose episodes never end (no time limit); each step rewards 1."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+def test_an_evaluation_game_that_never_ends_ends_the_evaluation_at_its_step_limit(tmp_path, monkeypatch, caplog):
+    # the evaluation, and the run with it, waited for the game for ever
+    monkeypatch.setattr(acer_sync.rollout.evaluation, "MAX_GAME_STEPS", 30)
+    run_dir = acer_sync.train(Endless, run_dir=tmp_path / "run", total_timesteps=80, num_envs=2, vec_env="sync",
+                              eval_every=40, eval_episodes=4, verbose=1, progress_bar=False)
+    rows = [row for row in read_progress(run_dir) if row["eval_mean"] != ""]
+    assert rows and all(float(row["eval_mean"]) == 30.0 and int(row["eval_episodes"]) == 2 for row in rows)
+    assert "went on for 30 steps without ending; its score so far counts, and the evaluation ends with 2 of its 4 games" in caplog.text

@@ -7,11 +7,18 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
+from acer_sync.base.log import log
 from acer_sync.nets.networks import Network
 from acer_sync.nets.torsos import evaluation_mode
 from acer_sync.rollout.actor import Actor
 from atari.envs import VecEnv
 from atari.episodes import EpisodeTracker
+
+
+#: The most steps an evaluation game may last: an env whose episodes never end (no time limit, a
+#: policy that never reaches the goal) would hold the evaluation, and the run, for ever. An Atari
+#: game ends at 108,000 frames (27,000 steps) before it.
+MAX_GAME_STEPS = 100_000
 
 
 class EnvStep(NamedTuple):
@@ -55,7 +62,9 @@ def evaluate(
     Once ``cancelled()`` is true (a stop signal in training), it returns the games finished so far,
     after the env step it was asked in. The network plays in evaluation mode (:func:`evaluation_mode`).
     ``envs_name`` is what errors call its envs ("evaluation env" in a training's evaluation).
-    ``on_score`` gets each game's score as it ends (play.py prints it then).
+    ``on_score`` gets each game's score as it ends (play.py prints it then). A game that reaches
+    :data:`MAX_GAME_STEPS` steps ends the evaluation: its score so far counts, the games not played
+    are left out, and a warning says so.
     """
     with evaluation_mode(model):
         n = env.num_envs
@@ -77,7 +86,9 @@ def evaluate(
             frames, raw_rewards, terminated, truncated, lives = env.step(env_actions)
             _, memory_starts, game_over = tracker.step(raw_rewards, terminated, truncated, lives)
             actor.observe(frames, memory_starts, tracker.life_lost, game_over)
-            for env_index, score in tracker.finished:
+            endless = [(int(i), float(tracker.running_return[i])) for i in np.flatnonzero(tracker.running_length >= MAX_GAME_STEPS)
+                       if played[i] < quota[i]]
+            for env_index, score in tracker.finished + endless:
                 if played[env_index] < quota[env_index]:
                     played[env_index] += 1
                     scores.append(score)
@@ -85,4 +96,9 @@ def evaluate(
                         on_score(score)
             if on_step is not None:
                 on_step(EnvStep(env_actions, forced, raw_rewards, lives, game_over))
+            if endless:
+                log.warning(f"warning: a game in {envs_name} {endless[0][0]} went on for {MAX_GAME_STEPS:,} steps without "
+                            f"ending; its score so far counts, and the evaluation ends with {len(scores)} of its {episodes} "
+                            "games (give the env a time limit: gymnasium's max_episode_steps)")
+                break
     return scores
