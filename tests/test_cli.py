@@ -106,6 +106,23 @@ def test_play_logs_box_actions_and_rewards_exactly():
     ]
 
 
+def test_play_names_the_actions_of_a_discrete_space_with_a_start():
+    # Discrete(3, start=-3): the env's action -2 is the second name; the names were indexed by the
+    # env's action (a wrong name, or an IndexError traceback for a negative one)
+    import io
+
+    import numpy as np
+
+    from acer_sync.cli import play
+    from acer_sync.rollout.evaluation import EnvStep
+
+    handle = io.StringIO()
+    log = play.StepLog(handle, ["BAD", "GOOD", "WORSE"], action_start=-3)
+    for action in (-2, -3, -1):
+        log(EnvStep(np.array([action]), np.zeros(1, bool), np.array([0.0]), np.zeros(1, np.int64), np.array([False])))
+    assert [line.split(",")[2:4] for line in handle.getvalue().splitlines()[1:]] == [["-2", "GOOD"], ["-3", "BAD"], ["-1", "WORSE"]]
+
+
 def test_play_accepts_a_checkpoint_file_and_logs_the_steps_of_a_game_on_the_runs_backend(pong_run, tmp_path):
     actions = tmp_path / "steps.csv"
     result = run("play.py", pong_run / "checkpoints" / "latest.pt", "--episodes", "1", "--greedy", "--actions", actions)

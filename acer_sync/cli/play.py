@@ -81,10 +81,11 @@ class StepLog:
 
     COLUMNS = ("game", "step", "action", "action_name", "forced", "reward", "lives", "game_over")
 
-    def __init__(self, handle, action_names: list[str]):
+    def __init__(self, handle, action_names: list[str], action_start: int = 0):
         self.writer = csv.writer(handle)
         self.writer.writerow(self.COLUMNS)
         self.action_names = action_names
+        self.action_start = action_start  # Discrete(n, start): the env's action a is the names' a - start
         self.game, self.steps = 1, 0
 
     def __call__(self, step: EnvStep | None) -> None:
@@ -94,8 +95,8 @@ class StepLog:
         if np.ndim(action):  # a Box action
             text, name = " ".join(exact(value) for value in action), ""
         else:
-            text = str(int(action))
-            name = self.action_names[int(action)] if int(action) < len(self.action_names) else ""
+            text, index = str(int(action)), int(action) - self.action_start
+            name = self.action_names[index] if 0 <= index < len(self.action_names) else ""
         self.writer.writerow([self.game, self.steps, text, name, int(step.forced[0]), exact(step.raw_rewards[0]),
                               int(step.lives[0]), int(step.game_over[0])])
         self.steps += 1
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
                 log_file = open(actions_part, "w", newline="")
             except OSError as error:
                 raise UserError(f"cannot write {args.actions}: {error.strerror}") from None
-            listeners.append(StepLog(log_file, list(info.action_names)))
+            listeners.append(StepLog(log_file, list(info.action_names), info.action_start))
 
         def on_step(step: EnvStep | None) -> None:
             try:

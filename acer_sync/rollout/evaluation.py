@@ -14,7 +14,6 @@ from acer_sync.rollout.actor import Actor
 from atari.envs import VecEnv
 from atari.episodes import EpisodeTracker
 
-
 #: The most steps an evaluation game may last: an env whose episodes never end (no time limit, a
 #: policy that never reaches the goal) would hold the evaluation, and the run, for ever. An Atari
 #: game ends at 108,000 frames (27,000 steps) before it.
