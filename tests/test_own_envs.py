@@ -529,3 +529,54 @@ def test_shipped_env_files_hold_only_what_their_reported_runs_used(path):
         assert runs, f"{path}: no reported run in docs/runs to back {name}"
         for run_config in runs:
             assert json.loads(run_config.read_text())["config"][name] == value, (run_config, name)
+
+
+class RendersOddly(gym.Env):
+    """Two actions, 4-step episodes, and a render of the ``kind`` asked for (None, floats, a
+    grayscale or RGBA frame, or a frame that grows each step)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None, kind="none"):
+        self.render_mode, self.kind, self.t = render_mode, kind, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 4, False, {}
+
+    def render(self):
+        return {"none": None, "float": np.full((32, 48, 3), 0.5, np.float32), "gray": np.full((32, 48), 128, np.uint8),
+                "rgba": np.full((32, 48, 4), 200, np.uint8), "growing": np.full((32 + 2 * self.t, 48, 3), 200, np.uint8)}[self.kind]
+
+
+def test_a_render_that_is_not_an_rgb_frame_is_one_line_before_training_and_gray_rgba_or_growing_frames_are_filmed(tmp_path):
+    # render() returning None or floats: a traceback at the first evaluation, after training; a
+    # grayscale, RGBA or growing frame: "only 0 of its 5 frames reached the file", blaming the disk
+    import acer_sync
+    from acer_sync.rollout.video import VideoRecorder, video_env
+
+    gym.register("RendersOddly-v0", entry_point=RendersOddly)
+    try:
+        for kind, said in [("none", "render() gives None"), ("float", "render() gives float32 of shape (32, 48, 3)")]:
+            with pytest.raises(UserError, match="RendersOddly-v0's " + said.replace("(", "\\(").replace(")", "\\)")):
+                acer_sync.train("RendersOddly-v0", run_dir=tmp_path / kind, env_kwargs={"kind": kind}, total_timesteps=80,
+                                num_envs=2, vec_env="sync", eval_every=40, capture_video=True, verbose=0)
+            assert not (tmp_path / kind).exists()
+        for kind in ("gray", "rgba", "growing"):
+            env = video_env(env_info("RendersOddly-v0", {"kind": kind}))
+            recorder = VideoRecorder(env, tmp_path / f"{kind}.mp4")
+            env.reset(seed=0)
+            for _ in range(3):
+                recorder(None)
+                env.step(np.zeros(1, np.int64))
+            assert recorder.finish() == tmp_path / f"{kind}.mp4" and recorder.frames == 3
+            env.close()
+    finally:
+        gym.registry.pop("RendersOddly-v0")

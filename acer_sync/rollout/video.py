@@ -63,25 +63,45 @@ def check_renders(info: EnvInfo, timeout: float = 0.0) -> None:
             render(env)
         except EnvTimedOut:
             raise
-        except EnvFailed as failure:  # each GL backend fails in its own way (EGLError, FatalError, ...)
-            raise UserError(
-                f"cannot render {info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
-                f"({failure}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
-            ) from None
+        except EnvFailed as failure:
+            if getattr(env.first_env().unwrapped, "mujoco_renderer", None) is not None:
+                # each GL backend fails in its own way (EGLError, FatalError, ...)
+                raise UserError(
+                    f"cannot render {info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
+                    f"({failure}); install an EGL driver, or Debian's libosmesa6 and set MUJOCO_GL=osmesa"
+                ) from None
+            raise UserError(f"cannot render {info.env_id} ({failure}); a video needs an env that renders frames "
+                            "with render_mode='rgb_array'") from None
     finally:
         env.close()
 
 
 def render(env: VecEnv) -> np.ndarray:
-    """The RGB frame of env 0. A missing package is a one-line UserError; any other failure, or a
-    render past the env's timeout, is the env's (:class:`~atari.errors.EnvFailed`), as a step's:
-    a run stops with the checkpoint of its last iteration (:func:`check_renders` tried it first)."""
+    """The RGB frame of env 0 (:func:`rgb_frame`). A missing package, or a render that is not a
+    frame, is a one-line UserError; any other failure, or a render past the env's timeout, is the
+    env's (:class:`~atari.errors.EnvFailed`), as a step's: a run stops with the checkpoint of its
+    last iteration (:func:`check_renders` tried it first)."""
     try:
-        return np.asarray(env.render())
+        frame = env.render()
     except EnvFailed as failure:
         if isinstance(failure.__cause__, gym.error.DependencyNotInstalled):
             raise UserError(f"rendering {env.info.env_id} needs a missing package: {_first_line(failure.__cause__)}") from None
         raise
+    return rgb_frame(frame, env.info.env_id)
+
+
+def rgb_frame(frame, env_id: str) -> np.ndarray:
+    """A render as the RGB frame a video is made of (uint8, height x width x 3): a grayscale one
+    ``(H, W)`` repeated into the three channels, one with an alpha channel ``(H, W, 4)`` without
+    it; a one-line UserError for anything else (None, floats), said before a video starts."""
+    array = np.asarray(frame) if frame is not None else None
+    if array is not None and array.dtype == np.uint8 and array.ndim == 2 and min(array.shape) > 0:
+        return np.repeat(array[..., None], 3, axis=-1)
+    if array is not None and array.dtype == np.uint8 and array.ndim == 3 and array.shape[-1] in (3, 4) and min(array.shape) > 0:
+        return array[..., :3]
+    what = "None" if array is None else f"{array.dtype} of shape {array.shape}"
+    raise UserError(f"{env_id}'s render() gives {what}; a video is made of RGB frames, uint8 of shape (height, width, 3), "
+                    "which an env renders with render_mode='rgb_array'")
 
 
 def follow_the_agent(env: VecEnv) -> None:
@@ -110,6 +130,7 @@ class VideoRecorder:
         self.part = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp{self.path.suffix}")
         self.writer = None
         self.frames = 0
+        self.size: tuple[int, int] = (0, 0)
 
     def __call__(self, step: EnvStep | None) -> None:
         frame = render(self.env)
@@ -121,11 +142,15 @@ class VideoRecorder:
             # each frame and for the unreadable file.
             cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
             os.environ["OPENCV_FFMPEG_LOGLEVEL"] = "-8"
-            height, width = frame.shape[:2]
+            height, width = self.size = frame.shape[:2]
             self.writer = cv2.VideoWriter(str(self.part), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
             if not self.writer.isOpened():  # a folder that refuses it, a full or read-only disk
                 free = shutil.disk_usage(self.part.parent).free if self.part.parent.is_dir() else 0
                 raise WriteFailed(self.path, f"opencv cannot open an mp4 there ({free / 1e6:.1f} MB free on its disk)")
+        if frame.shape[:2] != self.size:  # an env whose frames change size: the video keeps its first
+            import cv2
+
+            frame = cv2.resize(frame, self.size[::-1], interpolation=cv2.INTER_NEAREST)
         self.writer.write(frame[..., ::-1].copy())  # RGB to BGR
         self.frames += 1
 
