@@ -176,6 +176,11 @@ def kwargs_text(env_kwargs: dict) -> str:
     return " ".join(f"{key}={value}" for key, value in env_kwargs.items())
 
 
+#: The largest Box action bound the Gaussian policy takes: its σ starts at a share of the half-width,
+#: and σ² of a bound much beyond it overflows float32 (3.4e38), every update then non-finite.
+MAX_ACTION_BOUND = 1e18
+
+
 def env_info(env_id: str, env_kwargs: dict | None = None, legacy_images: bool = False) -> EnvInfo:
     """Inspect ``env_id``, made with ``env_kwargs``, once (builds and closes one env) and check
     that ACER can run it. ``legacy_images``: its images as the versions before SB3's rule read
@@ -207,16 +212,21 @@ def env_info(env_id: str, env_kwargs: dict | None = None, legacy_images: bool = 
     finally:
         close_probe(env, env_id)
     continuous = isinstance(action_space, gym.spaces.Box)
-    if continuous and (len(action_space.shape) != 1 or not np.all(np.isfinite(action_space.low))
+    if continuous and (len(action_space.shape) != 1 or action_space.shape[0] == 0 or not np.all(np.isfinite(action_space.low))
                        or not np.all(np.isfinite(action_space.high))):
         raise UserError(
             f"{env_id} has action space {action_space}; acer_sync supports Box actions only as a flat "
-            "vector with finite bounds"
+            "vector of at least one number, with finite bounds"
         )
     if continuous and not np.issubdtype(action_space.dtype, np.floating):
         raise UserError(
             f"{env_id} has action space {action_space}: a Box of {action_space.dtype} takes whole numbers, and a "
             "Gaussian policy gives real ones; give the env a float Box (or Discrete actions)"
+        )
+    if continuous and np.max(np.abs(np.concatenate([action_space.low, action_space.high])), initial=0.0) > MAX_ACTION_BOUND:
+        raise UserError(
+            f"{env_id} has action space {action_space}: bounds beyond ±{MAX_ACTION_BOUND:.0e}, whose squares (the "
+            "Gaussian's variance) float32 cannot hold; rescale its actions (gymnasium.wrappers.RescaleAction)"
         )
     if continuous and not np.all(np.asarray(action_space.high) > np.asarray(action_space.low)):
         raise UserError(
@@ -394,6 +404,8 @@ def adapt_observations(env: gym.Env, env_id: str) -> gym.Env:
     float32 vector, one-hot for the discrete parts (``gymnasium.wrappers.FlattenObservation``). A one-line
     UserError otherwise. The CNN takes the stack's frames and their channels as its input channels."""
     space = env.observation_space
+    if isinstance(space, gym.spaces.Box) and space.shape and min(space.shape) == 0:
+        raise UserError(f"{env_id} has observation space {space}, which holds no numbers: there is nothing to act on")
     layout = image_layout(space)
     if layout is not None:
         if layout != "hwc":
@@ -835,11 +847,35 @@ class VecEnv:
         if self.backend == "ale":
             obs = obs[:, 0]  # drop the stack axis of size 1
         if self.info.frame_parts:
-            return {key: np.asarray(obs[key], dtype=dtype) for key, (_, dtype) in self.info.frame_layout.items()}
-        return np.asarray(obs, dtype=self.info.frame_dtype)
+            return {key: self._cast(obs[key], dtype) for key, (_, dtype) in self.info.frame_layout.items()}
+        return self._cast(obs, self.info.frame_dtype)
+
+    def _cast(self, observations, dtype: np.dtype) -> np.ndarray:
+        """``observations`` in the frames' ``dtype``; an :class:`EnvFailed` for a finite float
+        beyond float32's range, which the cast would make infinite (and report as the env's inf)."""
+        observations = np.asarray(observations)
+        if np.dtype(dtype) == np.float32 and observations.dtype.kind == "f" and observations.dtype.itemsize > 4:
+            beyond = np.isfinite(observations) & (np.abs(observations) > np.finfo(np.float32).max)
+            if beyond.any():
+                index = int(np.flatnonzero(beyond.reshape(self.num_envs, -1).any(axis=1))[0])
+                value = observations[index][beyond[index]].flat[0]
+                raise EnvFailed(f"env {index} of {self.info.env_id} returned an observation of {value:g} at its vector step "
+                                f"{self.steps}, beyond float32's range (±3.4e38): scale the env's observations")
+        return observations.astype(dtype, copy=False)
 
     def _lives(self, info: dict) -> np.ndarray:
-        return np.asarray(info.get("lives", np.zeros(self.num_envs)), dtype=np.int64)
+        """The lives of an Atari game (life loss ends training's episodes there); another env's
+        ``info["lives"]``, only logged (play.py --actions), is read where it is a whole number per env."""
+        lives = info.get("lives", None)
+        if lives is None:
+            return np.zeros(self.num_envs, dtype=np.int64)
+        if self.info.atari:
+            return np.asarray(lives, dtype=np.int64)
+        try:
+            lives = np.asarray(lives, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return np.zeros(self.num_envs, dtype=np.int64)
+        return lives if lives.shape == (self.num_envs,) else np.zeros(self.num_envs, dtype=np.int64)
 
     def _dead_worker(self) -> EnvWorkerDied:
         processes = getattr(self.env, "processes", [])
@@ -957,14 +993,21 @@ class VecEnv:
         self.final_mask[:] = False
         if "final_obs" not in info:
             return
-        mask = info.get("_final_obs", ended)
+        # only where an episode ended: a key final_obs of the env's own info shows on its other steps
+        mask = np.asarray(info.get("_final_obs", ended), dtype=bool) & ended
         for index in np.flatnonzero(mask):
             final = info["final_obs"][index]
-            parts.assign(self.final_frames, index, np.asarray(final)[0] if self.backend == "ale" else final)
+            try:
+                parts.assign(self.final_frames, index, np.asarray(final)[0] if self.backend == "ale" else final)
+            except (ValueError, TypeError, KeyError, IndexError):
+                raise EnvFailed(f"env {index} of {self.info.env_id} ended an episode with an info['final_obs'] that is not "
+                                f"an observation ({type(final).__name__}) at its vector step {self.steps}; gymnasium's vector "
+                                "envs keep that key for the final observation: give it another name") from None
             self.final_mask[index] = True
 
     def step(self, actions: np.ndarray):
-        action_dtype = np.float32 if self.info.continuous else np.int64
+        # a Box's own float dtype (float16, float64): gymnasium checks the action is in the space
+        action_dtype = self.env.single_action_space.dtype if self.info.continuous else np.int64
         obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=action_dtype))
         self.steps += 1
         frames = self._frames(obs)

@@ -580,3 +580,101 @@ def test_a_render_that_is_not_an_rgb_frame_is_one_line_before_training_and_gray_
             env.close()
     finally:
         gym.registry.pop("RendersOddly-v0")
+
+
+class OddSpaces(gym.Env):
+    """Four-step episodes of an env with what users' envs have: a Box of actions of ``action_dtype``
+    and ``bound``, observations of ``obs_shape`` (values ``obs_value``, float64), and an ``info``."""
+
+    def __init__(self, action_dtype="float32", bound=1.0, action_size=1, obs_shape=(2,), obs_value=0.0, info=None,
+                 discrete=False):
+        self.action_space = gym.spaces.Discrete(2) if discrete else \
+            gym.spaces.Box(-bound, bound, (action_size,), np.dtype(action_dtype))
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, tuple(obs_shape), np.float64)
+        self.obs_value, self.info, self.t = obs_value, dict(info or {}), 0
+
+    def _obs(self):
+        return np.full(self.observation_space.shape, self.obs_value, np.float64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), dict(self.info)
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.t += 1
+        return self._obs(), 1.0, self.t >= 4, False, dict(self.info)
+
+
+@pytest.fixture
+def odd_spaces():
+    gym.register("OddSpaces-v0", entry_point=OddSpaces)
+    yield "OddSpaces-v0"
+    gym.registry.pop("OddSpaces-v0")
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(bound=1e20), "bounds beyond ±1e+18, whose squares (the Gaussian's variance) float32 cannot hold; rescale"),
+    (dict(action_dtype="float64", bound=1e300), "bounds beyond ±1e+18"),
+    (dict(action_size=0), "Box actions only as a flat vector of at least one number, with finite bounds"),
+    (dict(obs_shape=[0]), "which holds no numbers: there is nothing to act on"),
+])
+def test_spaces_a_run_cannot_work_on_are_one_line_before_anything_is_written(tmp_path, odd_spaces, kwargs, said):
+    # huge bounds: every update non-finite ("keeping the last good checkpoint" of none) or a policy
+    # "not finite"; an empty Box: a ValueError or a reshape's RuntimeError traceback
+    import acer_sync
+
+    with pytest.raises(UserError, match=said.replace("(", "\\(").replace(")", "\\)").replace("+", "\\+")) as error:
+        acer_sync.train(odd_spaces, env_kwargs=kwargs, run_dir=tmp_path / "run", total_timesteps=40, num_envs=2,
+                        vec_env="sync", verbose=0)
+    assert "\n" not in str(error.value) and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(action_dtype="float16"),  # every step refused: a float32 action is not in a float16 Box
+    dict(discrete=True, info={"lives": "many"}),  # lives are read only for Atari: a ValueError traceback
+    dict(discrete=True, info={"lives": [3]}),
+])
+def test_what_an_own_envs_actions_and_info_hold_trains(tmp_path, odd_spaces, kwargs):
+    import acer_sync
+
+    run_dir = acer_sync.train(odd_spaces, env_kwargs=kwargs, run_dir=tmp_path / "run", total_timesteps=80, num_envs=2,
+                              vec_env="sync", eval_every=40, eval_episodes=2, verbose=0)
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 80
+
+
+def test_an_info_key_final_obs_that_is_not_an_observation_is_one_line(tmp_path, odd_spaces):
+    # gymnasium's vector envs keep the key for the final observation: it was read as a frame, a traceback
+    import acer_sync
+
+    with pytest.raises(acer_sync.TrainingStopped) as stopped:
+        acer_sync.train(odd_spaces, env_kwargs=dict(discrete=True, info={"final_obs": "bogus"}), run_dir=tmp_path / "run",
+                        total_timesteps=80, num_envs=2, vec_env="sync", verbose=0)
+    assert "ended an episode with an info['final_obs'] that is not an observation (str) at its vector step 4; " \
+           "gymnasium's vector envs keep that key" in stopped.value.outcome.error
+
+
+def test_an_observation_beyond_float32s_range_is_named_as_such_not_as_the_envs_inf(tmp_path, odd_spaces):
+    import acer_sync
+
+    with pytest.raises(acer_sync.TrainingStopped) as stopped:
+        acer_sync.train(odd_spaces, env_kwargs=dict(discrete=True, obs_value=1e39), run_dir=tmp_path / "run",
+                        total_timesteps=80, num_envs=2, vec_env="sync", verbose=0)
+    assert "returned an observation of 1e+39 at its vector step 0, beyond float32's range (±3.4e38): scale the env's " \
+           "observations" in stopped.value.outcome.error
+
+
+def test_predict_of_make_envs_frame_of_a_scalar_box_gives_one_action(tmp_path, odd_spaces):
+    # the (1,) frame was read as a batch of one of the env's own numbers: array([0]), which its step refused
+    import acer_sync
+
+    policy = acer_sync.load(acer_sync.train(odd_spaces, env_kwargs=dict(discrete=True, obs_shape=[]), run_dir=tmp_path / "run",
+                                            total_timesteps=40, num_envs=2, vec_env="sync", verbose=0))
+    env = acer_sync.make_env(odd_spaces, env_kwargs=policy.env_kwargs)
+    frame, _ = env.reset(seed=0)
+    assert np.shape(frame) == (1,)
+    action, _ = policy.predict(frame)
+    assert np.ndim(action) == 0
+    env.step(action)
+    assert np.shape(policy.predict(np.zeros((3, 1)))[0]) == (3,)

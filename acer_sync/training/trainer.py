@@ -272,7 +272,7 @@ class Trainer:
                 if streak >= cfg.max_nonfinite:
                     nonfinite = self._outcome(
                         Stop.NONFINITE, f"{streak} non-finite updates in a row at step "
-                        f"{self.timesteps}; stopped, keeping the last good checkpoint",
+                        f"{self.timesteps}; stopped, keeping the last good checkpoint ({self._checkpoint_kept()})",
                     )
                     break
         except EnvFailed as error:
