@@ -19,7 +19,7 @@ import torch
 
 import acer_sync
 from acer_sync.base.errors import UserError
-from acer_sync.training.checkpoint import load_checkpoint, save_checkpoint
+from acer_sync.training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
 
 SMALL_PONG = [
@@ -305,10 +305,11 @@ def test_missing_checkpoints(tmp_path):
     assert "no such run directory" in one_line_error(run("train.py", "--resume", tmp_path / "nothing"))
     (tmp_path / "empty").mkdir()
     assert "holds no checkpoint" in one_line_error(run("play.py", tmp_path / "empty"))
-    # the docs wrote step_<N>.pt, and a step copy's N has 10 digits
+    # the docs wrote step_<N>.pt, and a step copy's N has 10 digits (play.py says so through resolve_checkpoint)
     (tmp_path / "step_0000016000.pt").write_bytes(b"")
-    line = one_line_error(run("play.py", tmp_path / "step_16000.pt"))
-    assert line.endswith(f"does not exist; did you mean {tmp_path / 'step_0000016000.pt'}?")
+    with pytest.raises(UserError) as error:
+        resolve_checkpoint(tmp_path / "step_16000.pt")
+    assert str(error.value).endswith(f"does not exist; did you mean {tmp_path / 'step_0000016000.pt'}?")
 
 
 def test_play_on_a_full_disk_leaves_no_broken_video_and_exits_5(pong_run, tmp_path):

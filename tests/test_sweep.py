@@ -207,7 +207,7 @@ trial: {cpus: 1, gpus: 0}
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_saves_a_checkpoint_of_each_running_trial(tmp_path, signum):
     """As train.py does on SIGINT: no periodic checkpoint comes before the stop here, so the trials'
     checkpoints can only be the ones saved at the stop. SIGTERM to sweep.py is a Ctrl-C too: Ray's
