@@ -328,3 +328,20 @@ def test_an_evaluation_game_that_never_ends_ends_the_evaluation_at_its_step_limi
     rows = [row for row in read_progress(run_dir) if row["eval_mean"] != ""]
     assert rows and all(float(row["eval_mean"]) == 30.0 and int(row["eval_episodes"]) == 2 for row in rows)
     assert "went on for 30 steps without ending; its score so far counts, and the evaluation ends with 2 of its 4 games" in caplog.text
+
+
+def test_play_says_that_a_game_that_never_ended_ended_its_games(tmp_path, monkeypatch, capsys):
+    from acer_sync.cli import play
+
+    monkeypatch.setattr(acer_sync.rollout.evaluation, "MAX_GAME_STEPS", 25)
+    gym.register("Endless-v0", entry_point=Endless)
+    try:
+        run_dir = acer_sync.train("Endless-v0", run_dir=tmp_path / "run", total_timesteps=40, num_envs=2, vec_env="sync",
+                                  eval_every=0, verbose=0)
+        capsys.readouterr()
+        assert play.main([str(run_dir), "--episodes", "3"]) == 0
+    finally:
+        gym.registry.pop("Endless-v0")
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "mean score over 1 episode: 25 (std 0) (a game went on for 25 steps, its score so far counted, and ended the "
+        "games; 3 asked for)")

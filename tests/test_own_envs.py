@@ -663,18 +663,3 @@ def test_an_observation_beyond_float32s_range_is_named_as_such_not_as_the_envs_i
                         total_timesteps=80, num_envs=2, vec_env="sync", verbose=0)
     assert "returned an observation of 1e+39 at its vector step 0, beyond float32's range (±3.4e38): scale the env's " \
            "observations" in stopped.value.outcome.error
-
-
-def test_predict_of_make_envs_frame_of_a_scalar_box_gives_one_action(tmp_path, odd_spaces):
-    # the (1,) frame was read as a batch of one of the env's own numbers: array([0]), which its step refused
-    import acer_sync
-
-    policy = acer_sync.load(acer_sync.train(odd_spaces, env_kwargs=dict(discrete=True, obs_shape=[]), run_dir=tmp_path / "run",
-                                            total_timesteps=40, num_envs=2, vec_env="sync", verbose=0))
-    env = acer_sync.make_env(odd_spaces, env_kwargs=policy.env_kwargs)
-    frame, _ = env.reset(seed=0)
-    assert np.shape(frame) == (1,)
-    action, _ = policy.predict(frame)
-    assert np.ndim(action) == 0
-    env.step(action)
-    assert np.shape(policy.predict(np.zeros((3, 1)))[0]) == (3,)

@@ -156,8 +156,6 @@ class Policy:
         space = self.observation_space
         if space is not None:
             n = _batch_size(space, observation)
-            if n == 1 and not isinstance(self.observation_shape, dict) and np.shape(observation) == tuple(self.observation_shape):
-                n = None  # make_env's frame of a scalar Box, (1,), more than a batch of one of the env's own numbers
             if n == 0:
                 raise UserError("predict got an empty batch: give at least one observation")
             if n is not None:

@@ -28,6 +28,7 @@ from acer_sync.base.config import MAX_SEED, PRECISIONS
 from acer_sync.base.errors import UserError, WriteFailed
 from acer_sync.base.log import number_text
 from acer_sync.cli.args import OneLineParser, path
+from acer_sync.rollout import evaluation
 from acer_sync.rollout.evaluation import EnvStep, evaluate
 from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, check_renders, render_headless, video_env
 from acer_sync.training.signals import GracefulStop
@@ -208,7 +209,9 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
         if actions_part is not None:
             actions_part.unlink(missing_ok=True)
         env.close()
-    print_line(mean_line(scores))
+    cut = (f" (a game went on for {evaluation.MAX_GAME_STEPS:,} steps, its score so far counted, and ended the games; "
+           f"{args.episodes} asked for)") if len(scores) < args.episodes else ""
+    print_line(mean_line(scores) + cut)
     if args.video is not None:
         print_line(f"video: {args.video} ({recorder.frames} frames at {VIDEO_FPS} fps)")
     if args.actions is not None:
