@@ -839,6 +839,8 @@ class VecEnv:
                 raise _env_raised(info.env_id, error, "when made for the run") from None
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        # a Box's own float dtype (float16, float64): gymnasium checks the action is in the space
+        self.action_dtype = self.env.single_action_space.dtype if info.continuous else np.dtype(np.int64)
         self.final_frames = parts.zeros(info.frame_layout, (num_envs,))
         self.final_mask = np.zeros(num_envs, dtype=bool)
         self._alarm = _hold_alarm()
@@ -1006,9 +1008,7 @@ class VecEnv:
             self.final_mask[index] = True
 
     def step(self, actions: np.ndarray):
-        # a Box's own float dtype (float16, float64): gymnasium checks the action is in the space
-        action_dtype = self.env.single_action_space.dtype if self.info.continuous else np.int64
-        obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=action_dtype))
+        obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=self.action_dtype))
         self.steps += 1
         frames = self._frames(obs)
         rewards = self._rewards_in_range(np.asarray(rewards, dtype=np.float64))

@@ -57,4 +57,5 @@ def flag_table(parser: argparse.ArgumentParser, title: str) -> str:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if not FLAGS.search(markdown):
         return markdown
-    return FLAGS.sub(lambda match: flag_table(build_parser("train.py"), match["group"]), markdown)
+    parser = build_parser("train.py")
+    return FLAGS.sub(lambda match: flag_table(parser, match["group"]), markdown)

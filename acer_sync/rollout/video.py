@@ -64,7 +64,7 @@ def check_renders(info: EnvInfo, timeout: float = 0.0) -> None:
         except EnvTimedOut:
             raise
         except EnvFailed as failure:
-            if getattr(env.first_env().unwrapped, "mujoco_renderer", None) is not None:
+            if mujoco_renderer(env) is not None:
                 # each GL backend fails in its own way (EGLError, FatalError, ...)
                 raise UserError(
                     f"cannot render {info.env_id} headless with MUJOCO_GL={os.environ.get('MUJOCO_GL', '')} "
@@ -94,11 +94,12 @@ def rgb_frame(frame, env_id: str) -> np.ndarray:
     """A render as the RGB frame a video is made of (uint8, height x width x 3): a grayscale one
     ``(H, W)`` repeated into the three channels, one with an alpha channel ``(H, W, 4)`` without
     it; a one-line UserError for anything else (None, floats), said before a video starts."""
-    array = np.asarray(frame) if frame is not None else None
-    if array is not None and array.dtype == np.uint8 and array.ndim == 2 and min(array.shape) > 0:
-        return np.repeat(array[..., None], 3, axis=-1)
-    if array is not None and array.dtype == np.uint8 and array.ndim == 3 and array.shape[-1] in (3, 4) and min(array.shape) > 0:
-        return array[..., :3]
+    array = None if frame is None else np.asarray(frame)
+    if array is not None and array.dtype == np.uint8 and array.size:
+        if array.ndim == 2:
+            return np.repeat(array[..., None], 3, axis=-1)
+        if array.ndim == 3 and array.shape[-1] in (3, 4):
+            return array[..., :3]
     what = "None" if array is None else f"{array.dtype} of shape {array.shape}"
     raise UserError(f"{env_id}'s render() gives {what}; a video is made of RGB frames, uint8 of shape (height, width, 3), "
                     "which an env renders with render_mode='rgb_array'")
@@ -110,7 +111,7 @@ def follow_the_agent(env: VecEnv) -> None:
     gymnasium's default is a camera fixed in the world (unless a camera is named), from which
     HalfCheetah-v5 runs out of the picture within seconds. Other envs are left as they are.
     """
-    renderer = getattr(env.first_env().unwrapped, "mujoco_renderer", None)
+    renderer = mujoco_renderer(env)
     if renderer is None:
         return
     import mujoco
@@ -118,6 +119,11 @@ def follow_the_agent(env: VecEnv) -> None:
     track = mujoco.mj_name2id(renderer.model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
     if track >= 0:
         renderer.camera_id = track
+
+
+def mujoco_renderer(env: VecEnv):
+    """Env 0's MuJoCo renderer; None for an env that is not MuJoCo's."""
+    return getattr(env.first_env().unwrapped, "mujoco_renderer", None)
 
 
 class VideoRecorder:

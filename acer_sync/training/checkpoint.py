@@ -348,17 +348,16 @@ def _split_shared_torso(payload: dict) -> dict:
     parameter index: the copies come after the saved parameters, and the format-3 migration puts
     them in the composed network's order). The same function; from there on they learn apart."""
     payload = dict(payload)
-    shared = [name for name in payload["model"] if name.startswith("torso.")]
+    names = list(payload["model"])  # in the order of the parameters, which RMSProp's state is indexed by
+    shared = [index for index, name in enumerate(names) if name.startswith("torso.")]
     for key in ("model", "average_model"):
-        payload[key] = {**payload[key], **{f"q_{name}": payload[key][name].clone() for name in shared}}
+        payload[key] = {**payload[key], **{f"q_{names[index]}": payload[key][names[index]].clone() for index in shared}}
     optimizer = payload["optimizer"]
-    names = list(payload["model"])
-    index = {name: names.index(name) for name in shared}
     state = dict(optimizer["state"])
-    for position, name in enumerate(shared):
-        if index[name] in state:
-            state[len(names) - len(shared) + position] = {k: v.clone() for k, v in state[index[name]].items()}
-    groups = [{**group, "params": list(range(len(names)))} for group in optimizer["param_groups"]]
+    for position, index in enumerate(shared):
+        if index in state:
+            state[len(names) + position] = {k: v.clone() for k, v in state[index].items()}
+    groups = [{**group, "params": list(range(len(names) + len(shared)))} for group in optimizer["param_groups"]]
     payload["optimizer"] = {**optimizer, "state": state, "param_groups": groups}
     return payload
 
