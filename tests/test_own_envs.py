@@ -582,6 +582,33 @@ def test_a_render_that_is_not_an_rgb_frame_is_one_line_before_training_and_gray_
         gym.registry.pop("RendersOddly-v0")
 
 
+def test_a_video_plays_at_the_frame_rate_its_env_declares(tmp_path):
+    # every video was written at 30 fps: CartPole's (50) played slower than the game, HalfCheetah's
+    # (1/dt = 20) faster, and a user's env at 10 three times as fast
+    import cv2
+
+    from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, video_env
+
+    gym.register("RendersOddly-v0", entry_point=RendersOddly)
+    try:
+        for render_fps, fps in [(None, VIDEO_FPS), (10, 10), (12.5, 12.5)]:  # gymnasium's checker refuses 0
+            env = video_env(env_info("RendersOddly-v0", {"kind": "gray"}))
+            env.first_env().unwrapped.metadata = {"render_modes": ["rgb_array"]} | (
+                {} if render_fps is None else {"render_fps": render_fps})
+            recorder = VideoRecorder(env, tmp_path / "game.mp4")
+            env.reset(seed=0)
+            for _ in range(3):
+                recorder(None)
+                env.step(np.zeros(1, np.int64))
+            recorder.finish()
+            env.close()
+            capture = cv2.VideoCapture(str(tmp_path / "game.mp4"))
+            assert (recorder.fps, capture.get(cv2.CAP_PROP_FPS)) == pytest.approx((fps, fps)), render_fps
+            capture.release()
+    finally:
+        gym.registry.pop("RendersOddly-v0")
+
+
 class OddSpaces(gym.Env):
     """Four-step episodes of an env with what users' envs have: a Box of actions of ``action_dtype``
     and ``bound``, observations of ``obs_shape`` (values ``obs_value``, float64), and an ``info``."""

@@ -30,7 +30,7 @@ from acer_sync.base.log import number_text
 from acer_sync.cli.args import OneLineParser, path
 from acer_sync.rollout import evaluation
 from acer_sync.rollout.evaluation import EnvStep, evaluate
-from acer_sync.rollout.video import VIDEO_FPS, VideoRecorder, check_renders, render_headless, video_env
+from acer_sync.rollout.video import VideoRecorder, check_renders, render_headless, video_env
 from acer_sync.training.signals import GracefulStop
 from atari.envs import EnvInfo, VecEnv, choose_backend, env_info
 
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None, prog: str = "play.py") -> int:
            f"{args.episodes} asked for)") if len(scores) < args.episodes else ""
     print_line(mean_line(scores) + cut)
     if args.video is not None:
-        print_line(f"video: {args.video} ({recorder.frames} frames at {VIDEO_FPS} fps)")
+        print_line(f"video: {args.video} ({recorder.frames} frames at {recorder.fps:g} fps)")
     if args.actions is not None:
         print_line(f"actions: {args.actions} (one row per agent step)")
     return 0

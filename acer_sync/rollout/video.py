@@ -7,6 +7,7 @@ a stopped run leaves no broken mp4 under the name (and whatever was there before
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 from pathlib import Path
@@ -19,6 +20,8 @@ from acer_sync.rollout.evaluation import EnvStep
 from atari.envs import EnvInfo, VecEnv
 from atari.errors import EnvFailed, EnvTimedOut
 
+#: A video's frame rate where its env declares none (``metadata["render_fps"]``); gymnasium's
+#: RecordVideo takes the same default.
 VIDEO_FPS = 30
 #: MuJoCo's headless OpenGL backend, unless MUJOCO_GL is already set: EGL (a GPU driver, or Mesa's),
 #: or OSMesa (software, Debian's libosmesa6) with MUJOCO_GL=osmesa.
@@ -121,6 +124,14 @@ def follow_the_agent(env: VecEnv) -> None:
         renderer.camera_id = track
 
 
+def video_fps(env: VecEnv) -> float:
+    """The frame rate env 0 declares (``metadata["render_fps"]``: 50 for CartPole, 1/dt for MuJoCo,
+    so a video plays at the env's own speed), as gymnasium's RecordVideo reads it; :data:`VIDEO_FPS`
+    where it declares none, or no positive finite number."""
+    fps = (getattr(env.first_env(), "metadata", None) or {}).get("render_fps")
+    return float(fps) if isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0 else float(VIDEO_FPS)
+
+
 def mujoco_renderer(env: VecEnv):
     """Env 0's MuJoCo renderer; None for an env that is not MuJoCo's."""
     return getattr(env.first_env().unwrapped, "mujoco_renderer", None)
@@ -137,6 +148,8 @@ class VideoRecorder:
         self.writer = None
         self.frames = 0
         self.size: tuple[int, int] = (0, 0)
+        #: Frames per second of the video (:func:`video_fps`).
+        self.fps = video_fps(env)
 
     def __call__(self, step: EnvStep | None) -> None:
         frame = render(self.env)
@@ -149,7 +162,7 @@ class VideoRecorder:
             cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
             os.environ["OPENCV_FFMPEG_LOGLEVEL"] = "-8"
             height, width = self.size = frame.shape[:2]
-            self.writer = cv2.VideoWriter(str(self.part), cv2.VideoWriter_fourcc(*"mp4v"), VIDEO_FPS, (width, height))
+            self.writer = cv2.VideoWriter(str(self.part), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (width, height))
             if not self.writer.isOpened():  # a folder that refuses it, a full or read-only disk
                 free = shutil.disk_usage(self.part.parent).free if self.part.parent.is_dir() else 0
                 raise WriteFailed(self.path, f"opencv cannot open an mp4 there ({free / 1e6:.1f} MB free on its disk)")
