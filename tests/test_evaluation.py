@@ -214,12 +214,12 @@ def test_a_run_that_evaluates_every_iteration_evaluates_once_at_its_end_also_aft
     assert evaluated == [10, 20, 30]
 
 
-def stopped_in_the_last_iteration(tmp_path):
-    """A small CartPole run stopped in its last iteration (ending at its total, 200), which skipped
-    the evaluation due there; its config and env info, for the resume."""
+def stopped_in_the_last_iteration(tmp_path, **settings):
+    """A small CartPole run (of ``settings`` besides) stopped in its last iteration (ending at its
+    total, 200), which skipped the evaluation due there; its config and env info, for the resume."""
     config = build_config(False, dict(
         env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5, total_timesteps=200, buffer_size=100,
-        replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16",
+        replay_start=20, eval_every=100, eval_episodes=2, log_interval=1, threads=1, hidden="16", **settings,
     ))
     info = env_info("CartPole-v1")
     trainer = build_trainer(config, info, tmp_path, progress_bar=False)
@@ -231,7 +231,12 @@ def stopped_in_the_last_iteration(tmp_path):
 @pytest.mark.parametrize("trouble", ["stop", "env"])
 def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_the_resume_as_in_an_iteration(
         tmp_path, trouble):
-    config, info = stopped_in_the_last_iteration(tmp_path)
+    # ... and leaves the saved buffer as it was: the end's checkpoint rewrote it (removed, then
+    # written again from memory, which a full disk would have lost), the evaluation having played
+    # before the checkpoints' start had read the buffer's step.
+    config, info = stopped_in_the_last_iteration(tmp_path, save_buffer=True)
+    buffer_file = tmp_path / "checkpoints" / "buffer.npz"
+    written = buffer_file.stat()
     resumed = build_trainer(config, info, tmp_path, progress_bar=False, resume=load_checkpoint(tmp_path))
     evaluation = next(c for c in resumed.callbacks.callbacks if type(c).__name__ == "EvalCallback")
     evaluate_games = evaluation.evaluate
@@ -246,6 +251,7 @@ def test_a_stop_or_an_env_failure_during_the_evaluation_owed_at_the_total_ends_t
     outcome = resumed.train()
     assert outcome.stop is (Stop.INTERRUPTED if trouble == "stop" else Stop.ENV_FAILED) and outcome.timesteps == 200
     assert load_checkpoint(tmp_path)["callbacks"]["EvalCallback"]["next_eval"] == 200  # still owed
+    assert (buffer_file.stat().st_ino, buffer_file.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
 
 
 def test_an_evaluation_a_stop_cuts_short_is_not_counted_as_training_time(tmp_path, monkeypatch):

@@ -249,7 +249,11 @@ class CheckpointCallback(Callback):
         self.directory = Path(run_dir) / "checkpoints"
         self.config = config
         self.on_checkpoint = on_checkpoint
+        #: The step of the buffer file beside the checkpoints, where it is the resumed checkpoint's (None
+        #: otherwise: one of a history rolled back from may carry a step the new history reaches later);
+        #: read at the start, or at a save before it (an evaluation owed at the total that failed).
         self.buffer_step: int | None = None
+        self.buffer_step_read = False
         try:
             self.directory.mkdir(exist_ok=True)
         except OSError as error:  # a full disk, say: the start fails in one line (WRITE_FAILED)
@@ -259,10 +263,13 @@ class CheckpointCallback(Callback):
     def on_training_start(self, trainer) -> None:
         self.next_checkpoint = next_multiple(trainer.timesteps, self.config.checkpoint_every)
         self._set_aside_a_rolled_back_history(trainer.timesteps)
-        #: The step of the buffer file beside the checkpoints, where it is the resumed checkpoint's (None
-        #: otherwise: one of a history rolled back from may carry a step the new history reaches later).
-        saved = saved_buffer_step(self.directory) if self.config.save_buffer else None
-        self.buffer_step = saved if saved == trainer.timesteps else None
+        self._read_buffer_step(trainer)
+
+    def _read_buffer_step(self, trainer) -> None:
+        if not self.buffer_step_read:
+            saved = saved_buffer_step(self.directory) if self.config.save_buffer else None
+            self.buffer_step = saved if saved == trainer.timesteps else None
+            self.buffer_step_read = True
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if trainer.timesteps >= self.next_checkpoint and trainer.agent.nonfinite_streak == 0:
@@ -283,6 +290,7 @@ class CheckpointCallback(Callback):
     def save(self, trainer, periodic: bool) -> None:
         """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if
         asked; ``trainer.checkpoint_step`` says the step ``latest.pt`` holds once it is written."""
+        self._read_buffer_step(trainer)  # an end before this callback's start (an earlier one's failed)
         payload = trainer_payload(trainer)
         save_checkpoint(self.directory / LATEST, payload)
         trainer.checkpoint_step = trainer.timesteps
