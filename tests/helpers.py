@@ -1,7 +1,11 @@
 """Shared by the tests that drive train.py through a subprocess."""
 
+import contextlib
 import csv
+import importlib
+import io
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +55,28 @@ def stop_in_the_iteration_ending_at(trainer, step: int) -> None:
             trainer.request_stop("SIGINT")
 
     trainer.learn = learn_then_stop
+
+
+def run_here(script: str, *args) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` (train.py, play.py, plot.py, sweep.py) run in this process, as the
+    script runs its command (:func:`acer_sync.base.errors.run_cli`: its error lines and exit codes),
+    its output captured: a subprocess's result without the 2 s of a Python that imports torch. For
+    what fails before any env or training starts; the process's signal handlers are given back."""
+    from acer_sync.base.errors import STOP_SIGNALS, run_cli
+
+    command = script.removesuffix(".py")
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                run_cli(lambda: importlib.import_module(f"acer_sync.cli.{command}").main(list(map(str, args)), script), script)
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return subprocess.CompletedProcess([script, *map(str, args)], code, stdout.getvalue(), stderr.getvalue())
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:

@@ -1,4 +1,6 @@
-"""train.py and play.py end to end (through subprocesses), and their handling of bad input."""
+"""train.py and play.py end to end (through subprocesses), and their handling of bad input (most of it in this
+process, through :func:`helpers.run_here`: the same error lines and exit codes without a Python that imports torch
+each time)."""
 
 import csv
 import json
@@ -20,7 +22,7 @@ import torch
 import acer_sync
 from acer_sync.base.errors import UserError
 from acer_sync.training.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
-from helpers import ROOT, one_line_error, read_progress, start_long_cartpole_run
+from helpers import ROOT, one_line_error, read_progress, run_here, start_long_cartpole_run
 
 SMALL_PONG = [
     "--env", "PongNoFrameskip-v4", "--num-envs", "4", "--buffer-size", "400", "--replay-start", "100",
@@ -170,30 +172,31 @@ def test_play_plays_one_atari_game_on_the_runs_backend_as_its_evaluations():
 
 
 def test_play_plays_its_games_in_several_envs_at_once(pong_run, tmp_path):
-    result = run("play.py", pong_run, "--episodes", "3", "--num-envs", "2", "--greedy", "--seed", "1000")
+    # in this process (run_here), but one error line as the script runs: 48 s of subprocesses before
+    result = run_here("play.py", pong_run, "--episodes", "3", "--num-envs", "2", "--greedy", "--seed", "1000")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == ["episode 1", "episode 2", "episode 3"]
     assert lines[-1].startswith("mean score over 3 episodes: ")
-    for flag in (["--video", tmp_path / "games.mp4"], ["--actions", tmp_path / "steps.csv"], ["--render"]):
-        line = one_line_error(run("play.py", pong_run, "--num-envs", "2", *flag))
-        assert line == f"play.py: error: {flag[0]} records one env and cannot be combined with --num-envs 2"
     assert one_line_error(run("play.py", pong_run, "--num-envs", "0")) == "play.py: error: --num-envs must be >= 1"
+    for flag in (["--video", tmp_path / "games.mp4"], ["--actions", tmp_path / "steps.csv"], ["--render"]):
+        line = one_line_error(run_here("play.py", pong_run, "--num-envs", "2", *flag))
+        assert line == f"play.py: error: {flag[0]} records one env and cannot be combined with --num-envs 2"
     # exit 3 before, as an env's failure: "raised Error in reset: Seed must be greater or equal to zero"
-    assert one_line_error(run("play.py", pong_run, "--seed", "-5")) == "play.py: error: --seed must be >= 0"
+    assert one_line_error(run_here("play.py", pong_run, "--seed", "-5")) == "play.py: error: --seed must be >= 0"
     # these failed only after the games were played (an IsADirectoryError traceback), or overflowed torch's generator
     (tmp_path / "folder.mp4").mkdir()
     (tmp_path / "folder.csv").mkdir()
     for flag, target in (("--video", "folder.mp4"), ("--actions", "folder.csv")):
-        line = one_line_error(run("play.py", pong_run, flag, tmp_path / target))
+        line = one_line_error(run_here("play.py", pong_run, flag, tmp_path / target))
         assert line == f"play.py: error: {flag} {tmp_path / target} is a directory (or another kind of file); give the name of a file to write"
-    assert "--seed must be <= 4294967295" in one_line_error(run("play.py", pong_run, "--seed", str(2**64)))
+    assert "--seed must be <= 4294967295" in one_line_error(run_here("play.py", pong_run, "--seed", str(2**64)))
     for script, arguments in (("play.py", [""]), ("plot.py", [""]), ("sweep.py", ["", "--runs-dir", tmp_path])):
-        assert "an empty path names no file" in one_line_error(run(script, *arguments))  # it read the current directory
+        assert "an empty path names no file" in one_line_error(run_here(script, *arguments))  # it read the current directory
     long = "x" * 300  # OSError: [Errno 36] File name too long, a traceback from each
     for script, arguments in (("train.py", ["--env", "CartPole-v1", "--run-dir", long]), ("train.py", ["--resume", long]),
                               ("play.py", [long]), ("plot.py", [long])):
-        assert "a file name is longer than the file system takes: xxx" in one_line_error(run(script, *arguments))
+        assert "a file name is longer than the file system takes: xxx" in one_line_error(run_here(script, *arguments))
 
 
 def test_resume_continues_the_run(pong_run, tmp_path):
@@ -244,7 +247,7 @@ def test_resume_refuses_conflicting_flags(pong_run):
 )
 def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):
     args = args if "--env" in args else ["--env", "PongNoFrameskip-v4", *args]
-    line = one_line_error(run("train.py", *args, "--run-dir", tmp_path / "run"))
+    line = one_line_error(run_here("train.py", *args, "--run-dir", tmp_path / "run"))
     assert message in line
     assert not (tmp_path / "run").exists()  # nothing written, not even config.json
 
@@ -292,19 +295,19 @@ def test_unsupported_action_space_gets_a_one_line_error(tmp_path):
 def test_unwritable_run_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    line = one_line_error(run("train.py", "--env", "CartPole-v1", "--run-dir", blocker / "run"))
+    line = one_line_error(run_here("train.py", "--env", "CartPole-v1", "--run-dir", blocker / "run"))
     assert "cannot write to run directory" in line
-    line = one_line_error(run("train.py", "--env", "CartPole-v1", "--run-dir", blocker))
+    line = one_line_error(run_here("train.py", "--env", "CartPole-v1", "--run-dir", blocker))
     assert "not a directory" in line
 
 
 def test_missing_checkpoints(tmp_path):
-    assert "does not exist" in one_line_error(run("play.py", tmp_path / "nothing.pt"))
-    line = one_line_error(run("play.py", tmp_path / "nothing.pt", "--actions", tmp_path / "no" / "steps.csv"))
+    assert "does not exist" in one_line_error(run_here("play.py", tmp_path / "nothing.pt"))
+    line = one_line_error(run_here("play.py", tmp_path / "nothing.pt", "--actions", tmp_path / "no" / "steps.csv"))
     assert "cannot write" in line and "does not exist" in line
-    assert "no such run directory" in one_line_error(run("train.py", "--resume", tmp_path / "nothing"))
+    assert "no such run directory" in one_line_error(run_here("train.py", "--resume", tmp_path / "nothing"))
     (tmp_path / "empty").mkdir()
-    assert "holds no checkpoint" in one_line_error(run("play.py", tmp_path / "empty"))
+    assert "holds no checkpoint" in one_line_error(run_here("play.py", tmp_path / "empty"))
     # the docs wrote step_<N>.pt, and a step copy's N has 10 digits (play.py says so through resolve_checkpoint)
     (tmp_path / "step_0000016000.pt").write_bytes(b"")
     with pytest.raises(UserError) as error:
@@ -334,7 +337,7 @@ def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
     payload["model"]["head.q.weight"] = payload["model"]["head.q.weight"][:4]
     payload["model"]["head.q.bias"] = payload["model"]["head.q.bias"][:4]
     save_checkpoint(tmp_path / "other.pt", payload)
-    assert "does not fit its env PongNoFrameskip-v4: n_actions 4 (the env gives 6)" in one_line_error(run("play.py", tmp_path / "other.pt"))
+    assert "does not fit its env PongNoFrameskip-v4: n_actions 4 (the env gives 6)" in one_line_error(run_here("play.py", tmp_path / "other.pt"))
 
 
 @pytest.mark.parametrize("flag, name, message", [
@@ -347,7 +350,7 @@ def test_play_writes_no_file_but_its_own_kind_over_a_runs_files(pong_run, flag, 
     # os.replace put the steps over the run's checkpoint, or its progress.csv, or the video.
     target = pong_run / name
     before = target.read_bytes() if target.exists() else None
-    assert message in one_line_error(run("play.py", pong_run, "--episodes", "1", flag, target))
+    assert message in one_line_error(run_here("play.py", pong_run, "--episodes", "1", flag, target))
     assert (target.read_bytes() if target.exists() else None) == before
 
 
@@ -387,7 +390,7 @@ def test_truncated_checkpoint_gets_a_clear_message(pong_run, tmp_path):
     broken.write_bytes(data[: len(data) // 2])
     with pytest.raises(UserError, match="corrupt or truncated"):
         load_checkpoint(broken)
-    assert "corrupt or truncated" in one_line_error(run("play.py", broken))
+    assert "corrupt or truncated" in one_line_error(run_here("play.py", broken))
 
 
 def test_resume_restores_models_optimizer_counters_and_rngs(pong_run):
