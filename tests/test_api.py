@@ -432,6 +432,26 @@ def test_save_buffer_may_change_on_a_resume(tmp_path):
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 600
 
 
+def test_what_a_run_reports_and_keeps_may_change_on_a_resume(tmp_path):
+    # --eval-every, --checkpoint-every and the like were refused ("--checkpoint-every 40 (the run used
+    # 1000000)"): a run could not be made to evaluate, or to checkpoint more often, without starting again
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **SMALL)
+    acer_sync.train(resume=run_dir, total_timesteps=400, eval_every=100, eval_episodes=2, eval_greedy=True,
+                    checkpoint_every=40, keep_checkpoints=2, log_interval=2, log_seconds=0.0, progress_bar=False)
+    rows = read_progress(run_dir)
+    evaluated = [(int(row["total_timesteps"]), int(row["eval_episodes"])) for row in rows if int(row["eval_episodes"])]
+    assert evaluated == [(320, 2), (400, 2)]  # the iterations of 40 steps that reach 300 and 400
+    assert [int(row["total_timesteps"]) for row in rows if int(row["total_timesteps"]) > 200] == [240, 320, 400]  # every 2nd
+    assert sorted(path.name for path in (run_dir / "checkpoints").glob("step_*.pt")) == ["step_0000000360.pt", "step_0000000400.pt"]
+    saved = load_checkpoint(run_dir)
+    assert {name: saved["config"][name] for name in ("eval_every", "checkpoint_every", "keep_checkpoints", "log_interval")} == \
+        dict(eval_every=100, checkpoint_every=40, keep_checkpoints=2, log_interval=2)
+    acer_sync.train(resume=run_dir, total_timesteps=600, eval_every=0, progress_bar=False)  # and off again
+    assert load_checkpoint(run_dir)["counters"]["timesteps"] == 600
+    with pytest.raises(acer_sync.UserError, match=r"--lr 0.5 \(the run used"):  # what it learns still may not
+        acer_sync.train(resume=run_dir, total_timesteps=800, lr=0.5, eval_every=100)
+
+
 def test_settings_the_run_does_not_use_get_one_warning(tmp_path, caplog):
     # --lstm-size 256 on a feed-forward Pong run trained 10 hours as if it were not given, in silence
     import logging

@@ -230,7 +230,7 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
     hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint, on_start=on_start)
     try:
         if has_checkpoint(run_dir):
-            # The saved run, with what a resume may change (run length, device, threads, precision) from the sweep.
+            # The saved run, with what a resume may change (run length, device, evaluations, checkpoints, ...) from the sweep.
             outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
         else:
             settings = dataclasses.asdict(config)
