@@ -436,7 +436,7 @@ def test_what_a_run_reports_and_keeps_may_change_on_a_resume(tmp_path):
     # --eval-every, --checkpoint-every and the like were refused ("--checkpoint-every 40 (the run used
     # 1000000)"): a run could not be made to evaluate, or to checkpoint more often, without starting again
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **SMALL)
-    acer_sync.train(resume=run_dir, total_timesteps=400, eval_every=100, eval_episodes=2, eval_greedy=True,
+    acer_sync.train(resume=run_dir, total_timesteps=400, eval_every=100, eval_episodes=2,
                     checkpoint_every=40, keep_checkpoints=2, log_interval=2, log_seconds=0.0, progress_bar=False)
     rows = read_progress(run_dir)
     evaluated = [(int(row["total_timesteps"]), int(row["eval_episodes"])) for row in rows if int(row["eval_episodes"])]
@@ -450,6 +450,8 @@ def test_what_a_run_reports_and_keeps_may_change_on_a_resume(tmp_path):
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 600
     with pytest.raises(acer_sync.UserError, match=r"--lr 0.5 \(the run used"):  # what it learns still may not
         acer_sync.train(resume=run_dir, total_timesteps=800, lr=0.5, eval_every=100)
+    with pytest.raises(acer_sync.UserError, match=r"--eval-greedy True \(the run used False\)$"):  # nor mixed scores
+        acer_sync.train(resume=run_dir, total_timesteps=800, eval_greedy=True)
 
 
 def test_settings_the_run_does_not_use_get_one_warning(tmp_path, caplog):

@@ -36,9 +36,9 @@ REPLAY_DEVICES = ("auto", "cpu", "cuda")
 RESUMABLE_CHANGES = (
     "total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline", "replay_device",
     "track", "wandb_project", "wandb_entity", "save_buffer",
-    # what the run reports and keeps, not what it learns: its evaluations, rows and checkpoints
-    "eval_every", "eval_episodes", "eval_greedy", "capture_video", "log_interval", "log_seconds", "checkpoint_every",
-    "keep_checkpoints",
+    # what the run reports and keeps, not what it learns: how often it evaluates, writes rows and checkpoints (not
+    # --eval-greedy: a run's evaluations would mix greedy and sampled scores, which plot.py tells apart by config.json)
+    "eval_every", "eval_episodes", "capture_video", "log_interval", "log_seconds", "checkpoint_every", "keep_checkpoints",
 )
 #: What the values of a setting's earlier type mean now: ``compile`` was a bool (true: the network's passes).
 LEGACY_VALUES = {"compile": {True: "network", False: "off"}}
