@@ -341,3 +341,28 @@ def test_cuda_a_step_that_reads_the_device_back_acts_eagerly_with_one_warning(ca
     assert not graph.captured and "acting runs eagerly" in caplog.text
     torch.testing.assert_close(packed[:, 1:], torch.softmax(obs, -1))
     assert torch.cuda.get_sync_debug_mode() == 0  # put back
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
+def test_sampling_draws_what_multinomial_draws_without_its_checks_that_break_cuda(device):
+    # torch.multinomial checked π with device-side asserts on CUDA: a NaN π broke the CUDA context
+    # (every later call failed, the final checkpoint's save too) instead of the run's clean stop
+    # (exit 4), as on the CPU; Categorical.sample draws the same actions without them.
+    from acer_sync.nets.distributions import Categorical
+
+    categorical = Categorical(6)
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = torch.randn(64, 6, generator=torch.Generator().manual_seed(0))
+        logits[::7, 2] = -torch.inf  # actions of probability 0 too
+        stats = torch.softmax(logits, -1).to(device, dtype)
+        ours, theirs = (torch.Generator(device).manual_seed(3) for _ in range(2))
+        for _ in range(20):
+            drawn = categorical.sample(stats, generator=ours)
+            assert torch.equal(drawn, torch.multinomial(stats, 1, generator=theirs).squeeze(-1)), dtype
+        assert not (drawn[::7] == 2).any()
+        assert torch.equal(categorical.sample(stats[0], generator=ours), torch.multinomial(stats[0], 1, generator=theirs).squeeze(-1))
+    stats[5] = torch.nan
+    drawn = categorical.sample(stats, generator=ours)
+    assert drawn.shape == (64,) and bool(((drawn >= 0) & (drawn < 6)).all())  # an index; the callers check μ on the host
+    if device == "cuda":
+        torch.cuda.synchronize()  # no device-side assert waiting

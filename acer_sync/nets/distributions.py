@@ -29,7 +29,14 @@ class Categorical:
         self.action_dtype = np.dtype(np.int64)
 
     def sample(self, stats: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        return torch.multinomial(stats, 1, generator=generator).squeeze(-1)
+        """One action from each π: argmax(π / q), q ~ Exp(1) (the Gumbel-max trick in exponential
+        form), as ``torch.multinomial(π, 1)`` draws it: the same actions from the same generator,
+        without its checks of π. Those are device-side asserts on CUDA, where a NaN π broke the
+        CUDA context (every later call failed, the final checkpoint's save too) instead of stopping
+        the run as on the CPU; they also cost three reductions a step. A π with NaN gives an
+        index here, and the callers check μ on the host (:class:`PolicyNotFinite`)."""
+        q = torch.empty_like(stats).exponential_(1, generator=generator)
+        return (stats / q).argmax(-1)
 
     def greedy(self, stats: torch.Tensor) -> torch.Tensor:
         return stats.argmax(-1)

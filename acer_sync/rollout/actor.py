@@ -16,9 +16,6 @@ from atari.envs import EnvInfo
 from atari.episodes import LifeLossActions
 from atari.stacking import FrameStacker
 
-#: What ``torch.multinomial`` says of probabilities with NaN or inf in them (it raises on the CPU).
-SAMPLING_REFUSED = "probability tensor contains"
-
 
 def policy_not_finite(values: np.ndarray, envs_name: str = "env", what: str = "policy",
                       consequence: str = "no action could be drawn") -> PolicyNotFinite:
@@ -45,18 +42,13 @@ def choose_actions(
     The network steps from ``state`` through the observations ``obs [N, ...]`` (resetting the
     state where ``first``), and the actions are the distribution's mode with ``greedy``, else a
     sample (with ``generator``). The :class:`Actor` and :meth:`acer_sync.api.policy.Policy.predict`
-    both act through this. Where sampling refuses the statistics (π with NaN in it, on the CPU), a
-    :class:`PolicyNotFinite` naming the envs; the callers check what comes back otherwise (a
-    Gaussian's NaN, or a CUDA sample, passes), on the host, where it waits for nothing.
+    both act through this. Sampling takes statistics with NaN in them (it gives an action, checks
+    nothing and waits for nothing on the device); the callers check μ on the host
+    (:class:`PolicyNotFinite`).
     """
     features, state = model.step(obs, state, first)
     stats = model.policy_of(features)
-    try:
-        actions = distribution.greedy(stats) if greedy else distribution.sample(stats, generator=generator)
-    except RuntimeError as error:
-        if SAMPLING_REFUSED not in str(error):
-            raise
-        raise policy_not_finite(stats.float().cpu().numpy()) from None
+    actions = distribution.greedy(stats) if greedy else distribution.sample(stats, generator=generator)
     return actions, stats, state
 
 
@@ -190,10 +182,7 @@ class Actor:
             packed, self.state = self.graph(obs, first, self.state)
             actions, stats = self._packed_to_host(packed)
         else:
-            try:
-                actions, stats, self.state = self._choose(obs, first, self.state)
-            except PolicyNotFinite as error:  # sampling refused it: name this actor's envs
-                raise policy_not_finite(error.values, self.envs_name) from None
+            actions, stats, self.state = self._choose(obs, first, self.state)
             if self.device_stack:
                 actions, stats = self._packed_to_host(pack(actions, stats))
             else:
