@@ -445,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         learner_sps, learner_updates, update_sps = bench_learner(trainer, quarter, rng)
         steps_sps, timed_sps, phases, collect_phases, gpu_busy = bench_end_to_end(trainer, quarter)
         trainer.close()
+    # the learner's graphs alone: the raw passes' below are counted in the same process-wide counter
+    skips = cudagraph_skips() if trainer.agent.compile_mode == "graph" else None
     # The ceiling last, alone on the device, and apart: a failure of its compile or its CUDA graph
     # (the process's second set of graphs) costs its own figures, not the row's.
     try:
@@ -503,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         # False where a compile was asked for and failed: the update ran eagerly (its warning is on stderr).
         "update_compiled": trainer.agent.compiled,
         # --compile graph: the graphs cudagraph trees skipped (ran without a CUDA graph), 0 where all replayed.
-        "cudagraph_skips": cudagraph_skips() if trainer.agent.compile_mode == "graph" else None,
+        "cudagraph_skips": skips,
         # --compile graph on CUDA: whether acting replayed its own CUDA graph (False: its step could
         # not be captured, and it acted eagerly; None: not asked for).
         "acting_graphed": trainer.runner.actor.graph.captured if trainer.runner.actor.graph is not None else None,

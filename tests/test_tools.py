@@ -238,7 +238,7 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     # The report tools/gpu_report.sh runs first on a lent GPU, tried here as its dry run: one
     # setting fits the budget (bench.py --device cpu), the rest are recorded as skipped.
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
-                             "--seconds", "2", "--budget", "33", "--out", str(tmp_path), "--python", sys.executable],
+                             "--seconds", "2", "--budget", "40", "--out", str(tmp_path), "--python", sys.executable],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (report,) = tmp_path.glob("cpu-*.jsonl")
@@ -266,6 +266,20 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines[0] == {"report": "--num-envs 16", "failed": "cut at 2 s (exit 124)"}
     assert lines[1]["report"] == "cuda tests" and len(lines) == 12
+
+
+@pytest.mark.parametrize("script", ["gpu_report.sh", "gpu_pong.sh", "gpu_share.sh"])
+def test_the_gpu_scripts_say_in_one_line_that_gymnasium_is_missing_before_they_start(tmp_path, script):
+    # Without .whl carried to a machine whose image lacks gymnasium, the report went on: every bench
+    # line "printed no JSON line", and the tests failed at their imports, the device time spent.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\n[[ "$*" == *"import gymnasium"* ]] && exit 1\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    result = subprocess.run(["bash", str(ROOT / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
+                             "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr == (
+        f"{script}: error: gymnasium or ale-py does not import here; run tools/gpu_wheels.sh on the CPU machine and carry .whl\n")
+    assert not list((tmp_path / "out").glob("*.jsonl"))
 
 
 def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):

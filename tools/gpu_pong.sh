@@ -30,12 +30,14 @@
 # the 2-core CPU cold, 40 s with the cache moved to another path); a call restores the archive
 # where RUN_DIR has no cache yet.
 #
-#   tools/gpu_pong.sh --seconds 480 --out "$OUT/pong" -- --pipeline overlap --compile graph
+#   tools/gpu_pong.sh --seconds 420 --out "$OUT/pong" -- --pipeline overlap --compile graph
 #       (the first call trains in runs/gpu_pong; the next call, in this session or a later one,
 #       carries the previous call's OUT_DIR copied into runs/gpu_pong, and runs the same command)
 #   tools/gpu_pong.sh --device cpu --env CartPole-v1 --reward 150 --seconds 20 --out /tmp/pong   # its dry run
 #
-# Options: --env ID (PongNoFrameskip-v4), --device D (cuda), --reward R (20), --seconds S (480),
+# Options: --env ID (PongNoFrameskip-v4), --device D (cuda), --reward R (20), --seconds S (420: with
+# the 90 s a stop may take before the kill, and a minute for the wheels, the cache and the copies,
+# within a device call's 600 s; give the call's timeout less 180 s),
 # --run-dir DIR (where the run trains, runs/gpu_pong; resumed where it holds checkpoints/latest.pt),
 # --out DIR (runs/gpu_pong), --python PY, --part-bytes N (15 MiB; see below); anything after --
 # goes to train.py on every call (a resume accepts the settings it may change, and the others only
@@ -49,7 +51,7 @@
 # carries: where the compile cache's parts would pass either, they are left out, and said so.
 set -u
 cd "$(dirname "$0")/.."
-ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=480 RUN_DIR=runs/gpu_pong OUT_DIR=runs/gpu_pong
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=420 RUN_DIR=runs/gpu_pong OUT_DIR=runs/gpu_pong
 CHECKPOINT_EVERY=100000  # a fresh run's --checkpoint-every
 PART_BYTES=15728640  # 15 MiB: a device call brings back files of at most 16 MiB
 OUT_MAX_FILES=8 OUT_MAX_BYTES=48234496  # 46 MiB: the next call carries it beside the checkout (12.5 MB) and .whl (3.6 MB) within 64 MiB

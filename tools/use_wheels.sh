@@ -6,3 +6,9 @@ if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
     || { echo "$(basename "$0"): error: the wheels in .whl did not install" >&2; exit 2; }
   export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# Without .whl (not carried) on a machine that lacks them, every bench line would say "printed no JSON
+# line" and the tests fail at import: one line now, before the device time goes on them.
+"$PY" -c "import gymnasium, ale_py" 2>/dev/null || {
+  echo "$(basename "$0"): error: gymnasium or ale-py does not import here; run tools/gpu_wheels.sh on the CPU machine and carry .whl" >&2
+  exit 2
+}
