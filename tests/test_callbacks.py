@@ -222,10 +222,15 @@ def test_what_is_not_a_callback_is_one_line_error_before_anything_is_written(tmp
     assert not (tmp_path / "run").exists()
 
 
-def test_verbose_0_shows_nothing_but_errors(tmp_path, capsys):
+def test_verbose_0_shows_nothing_but_warnings_and_errors(tmp_path, capsys):
     acer_sync.train("CartPole-v1", run_dir=tmp_path / "quiet", total_timesteps=40, verbose=0,
                     **{**SMALL, "progress_bar": True})
     assert capsys.readouterr() == ("", "")
+    # a callback's state left out of the checkpoints was said to no one at verbose=0 (SB3's still shows its warnings)
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "warned", total_timesteps=30, verbose=0, callbacks=[Opaque(later=True)],
+                    **SMALL)
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "callback Opaque's state()['value'] is a object" in err
     acer_sync.train("CartPole-v1", run_dir=tmp_path / "loud", total_timesteps=40, **SMALL)
     out = capsys.readouterr().out
     assert f"run directory: {tmp_path / 'loud'}" in out and "replay buffer: 2 envs" in out
@@ -339,3 +344,61 @@ def test_a_reward_to_stop_at_is_not_warned_of_when_the_last_iteration_evaluates(
     acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=50, callbacks=[acer_sync.StopTrainingOnReward(1000)],
                     **{**SMALL, "num_envs": 4, "nsteps": 10, "eval_every": 80, "eval_episodes": 1})
     assert not any("--stop-at-reward" in record.getMessage() for record in caplog.records)
+
+
+def test_a_false_value_as_sb3_reads_it_stops_the_run_and_none_goes_on(tmp_path):
+    # numpy's False (`return best < threshold` on numpy floats) and 0 went on in silence: only `is False` stopped
+    for returned, stops in [(np.False_, True), (0, True), (None, False), (np.True_, False)]:
+        class Returns(acer_sync.Callback):
+            def on_rollout_end(self, trainer, row):
+                return returned if trainer.iterations >= 3 else None
+
+        outcome = api.run("CartPole-v1", run_dir=tmp_path / f"run_{returned}", total_timesteps=60, callbacks=[Returns()], **SMALL)
+        assert (outcome.stop, outcome.timesteps) == ((Stop.CALLBACK, 30) if stops else (Stop.FINISHED, 60)), returned
+
+
+@pytest.mark.parametrize("hook", ["_on_step", "on_step", "_on_rollout_end", "_on_training_start"])
+def test_a_callback_with_sb3s_hooks_is_refused_rather_than_never_called(tmp_path, hook):
+    # An SB3 callback's _on_step returning False was never called: the run trained to its end
+    base = type("Base", (acer_sync.Callback,), {hook: lambda self: False})
+    sb3_style = type("EarlyStop", (base,), {})  # defined on a base class of the user's too
+    with pytest.raises(acer_sync.UserError, match=rf"^callback EarlyStop defines {hook}, Stable-Baselines3's, which acer_sync "
+                                                  r"does not call: its hooks are on_training_start\(trainer\), on_rollout_end"):
+        acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, callbacks=[sb3_style()], **SMALL)
+    assert not (tmp_path / "run").exists()
+
+
+class Counts(acer_sync.Callback):
+    """Counts its iterations into its state, and notes the outcome its end is given."""
+
+    def __init__(self, stop_at=None):
+        self.iterations, self.stop_at, self.ended = 0, stop_at, None
+
+    def on_rollout_end(self, trainer, row):
+        self.iterations += 1
+        return False if self.iterations == self.stop_at else None
+
+    def on_training_end(self, trainer, outcome):
+        self.ended = (outcome.stop, outcome.checkpoint_step, load_checkpoint(trainer.run_dir)["counters"]["timesteps"])
+
+    def state(self):
+        return {"iterations": self.iterations}
+
+    def load_state(self, state):
+        self.iterations = state["iterations"]
+
+
+def test_a_periodic_checkpoint_holds_the_users_callback_state_of_its_iteration_and_the_end_sees_the_final_step(tmp_path):
+    # The periodic checkpoint was written before the user's callbacks ran: their state one iteration
+    # behind (a resume from it counted one iteration twice); on_training_end's outcome.checkpoint_step
+    # was the previous checkpoint's (360 for a run whose latest.pt held 400), or None
+    counts = Counts()
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=100, callbacks=[counts],
+                    **{**SMALL, "checkpoint_every": 30, "keep_checkpoints": 5})
+    for step in (30, 60, 90):
+        saved = load_checkpoint(tmp_path / "run" / "checkpoints" / f"step_{step:010d}.pt")
+        assert saved["callbacks"]["Counts"] == {"iterations": step // 10}
+    assert counts.ended == (Stop.FINISHED, 100, 100)
+    stopper = Counts(stop_at=4)
+    assert api.run("CartPole-v1", run_dir=tmp_path / "stopped", total_timesteps=100, callbacks=[stopper], **SMALL).stop is Stop.CALLBACK
+    assert stopper.ended == (Stop.CALLBACK, 40, 40)

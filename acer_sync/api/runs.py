@@ -109,7 +109,7 @@ def train(
         one saves a checkpoint, then propagates.
     :param verbose: 1 shows what the run says (the run directory, the buffer's size, resuming) on
         standard output and its warnings on standard error, through the ``acer_sync`` logger
-        (``acer_sync.base.log``); 0 shows nothing but errors, and no progress bar.
+        (``acer_sync.base.log``); 0 shows nothing but warnings and errors, and no progress bar.
     :param progress_bar: show a tqdm bar (with ``verbose`` 1).
     :param on_progress: called with each progress row, after it is written to ``progress.csv``.
     :param on_checkpoint: called with the path of ``latest.pt`` after each checkpoint.
@@ -140,7 +140,7 @@ def run(
     git here; a sweep's trials get the driver's). ``on_start`` is called with the Trainer before
     it trains (a sweep trial wires its stop request to it)."""
     if not isinstance(verbose, int):
-        raise UserError(f"verbose must be a whole number (0: errors only, 1: progress), got {verbose!r}")
+        raise UserError(f"verbose must be a whole number (0: warnings and errors only, 1: progress), got {verbose!r}")
     with console(verbose):
         return _run(
             env, run_dir, resume, callbacks, verbose >= 1 and progress_bar, on_progress, on_checkpoint, command,

@@ -46,10 +46,11 @@ def shown_by_the_program() -> bool:
 @contextmanager
 def console(verbose: int):
     """While the block runs, show the library's messages: ``verbose`` 1 (or more) shows INFO and
-    above, 0 errors only. Where the program gave the ``acer_sync`` logger a handler of its own,
+    above, 0 warnings and errors only (as SB3's ``verbose=0`` still shows its warnings: a callback's
+    state left out of the checkpoints, a stop that cannot happen). Where the program gave the ``acer_sync`` logger a handler of its own,
     or shows log records on the terminal itself (:func:`shown_by_the_program`), they are left to
     its handlers; ``verbose`` sets only the level."""
-    level = logging.INFO if verbose >= 1 else logging.ERROR
+    level = logging.INFO if verbose >= 1 else logging.WARNING
     before = log.level
     handler = None if log.handlers or shown_by_the_program() else ConsoleHandler()
     log.setLevel(level)

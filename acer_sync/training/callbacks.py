@@ -3,11 +3,16 @@
 Stable-Baselines3's semantics, on one interface ([`Callback`][]): ``on_training_start`` once before
 the first iteration, ``on_rollout_end`` once an iteration (after its segment was collected and
 learned from), ``on_training_end`` once with the run's ``Outcome`` (``acer_sync.base.outcome``).
-A hook that returns ``False`` stops the run cleanly: the iteration ends, a checkpoint is saved, and
-the outcome says which callback stopped it (``Callback.stop_message``).
+A hook that returns a false value but None (``False``, numpy's ``False``, as SB3's ``if not
+callback.on_step()`` reads it) stops the run cleanly: the iteration ends, a checkpoint is saved,
+and the outcome says which callback stopped it (``Callback.stop_message``). There is no hook per
+env step: a callback that defines SB3's (``_on_step``, ``on_step``, ...) is refused in one line.
 
 ``on_rollout_end`` gets the iteration's progress row as a dict, empty when no row is written this
-iteration. The built-ins run first, in this order, so that the user's callbacks see a full row:
+iteration. The built-ins run first, in this order, so that the user's callbacks see a full row,
+but for the checkpoints, which come after the user's callbacks in an iteration (a checkpoint holds
+their state of that iteration) and before them at the end (their ``on_training_end`` finds the
+final checkpoint written):
 
 * [`EvalCallback`][] plays ``eval_episodes`` full games every ``eval_every`` steps, puts the
   ``eval_*`` columns in the row and keeps ``checkpoints/best.pt`` at the best evaluation mean;
@@ -16,13 +21,15 @@ iteration. The built-ins run first, in this order, so that the user's callbacks 
 * ``WandbCallback`` (``acer_sync.training.tracking``) with ``track``: the row, the config and the
   evaluation's videos to Weights & Biases;
 * [`ProgressBar`][] (tqdm);
-* [`CheckpointCallback`][] writes a checkpoint every ``checkpoint_every`` steps and at the end.
+* [`CheckpointCallback`][] writes a checkpoint every ``checkpoint_every`` steps and at the end
+  (after the user's callbacks in an iteration).
 
 An exception raised in a user's callback saves a checkpoint, then propagates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import sys
@@ -60,6 +67,10 @@ class Callback:
     Trainer (``acer_sync.training.trainer.Trainer``: ``trainer.timesteps``, ``trainer.model``,
     ``trainer.tracker``, ...). Return ``False`` from ``on_training_start`` or ``on_rollout_end``
     to stop the run (after saving a checkpoint); set ``stop_message`` to say why."""
+
+    #: Stable-Baselines3's hooks, which acer_sync does not call: a callback defining one is refused.
+    SB3_HOOKS = ("_on_step", "on_step", "_on_rollout_start", "on_rollout_start", "_on_rollout_end",
+                 "_on_training_start", "_on_training_end", "_init_callback", "init_callback")
 
     #: Why this callback stopped the run, for the outcome and the log (default: its class name).
     stop_message: str = ""
@@ -103,6 +114,14 @@ def check_callbacks(callbacks: Iterable) -> list[Callback]:
     for callback in callbacks:
         if not isinstance(callback, Callback):
             raise UserError(f"callbacks must be acer_sync.Callback instances, got {callback!r}")
+        defined = [name for name in Callback.SB3_HOOKS
+                   if any(name in vars(cls) for cls in type(callback).__mro__ if cls not in (Callback, object))]
+        if defined:
+            raise UserError(
+                f"callback {type(callback).__name__} defines {', '.join(defined)}, Stable-Baselines3's, which acer_sync does not "
+                "call: its hooks are on_training_start(trainer), on_rollout_end(trainer, row) (once an iteration of num_envs x "
+                "nsteps steps; return False to stop) and on_training_end(trainer, outcome)"
+            )
     return callbacks
 
 
@@ -124,13 +143,17 @@ class CallbackList:
         for callback in self.callbacks:
             try:
                 result = getattr(callback, hook)(*args)
+                stops = result is not None and not result  # SB3's "if not callback.on_step()", None going on
             except Exception as error:
-                if not any(callback is user for user in self.user):
+                if not self._is_user(callback):
                     raise
                 raise CallbackFailed(error) from error
-            if result is False and stopper is None:
+            if stops and stopper is None:
                 stopper = callback
         return stopper
+
+    def _is_user(self, callback: Callback) -> bool:
+        return any(callback is user for user in self.user)
 
     def on_training_start(self, trainer) -> Callback | None:
         return self._each("on_training_start", trainer)
@@ -139,12 +162,14 @@ class CallbackList:
         return self._each("on_rollout_end", trainer, {})
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        """Every callback's ``on_training_end``, in order (the built-ins first: the checkpoint is
-        saved before a user's callback runs); the first exception is raised after all have run."""
+        """Every callback's ``on_training_end``, the built-ins first (the checkpoint is saved
+        before a user's callback runs), each given ``outcome`` with the step the checkpoint holds
+        then; the first exception is raised after all have run."""
         failure = None
-        for callback in self.callbacks:
+        ordered = [callback for callback in self.callbacks if not self._is_user(callback)]
+        for callback in ordered + [callback for callback in self.callbacks if self._is_user(callback)]:
             try:
-                callback.on_training_end(trainer, outcome)
+                callback.on_training_end(trainer, dataclasses.replace(outcome, checkpoint_step=trainer.checkpoint_step))
             except Exception as error:
                 failure = failure or error
         if failure is not None:
