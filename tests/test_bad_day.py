@@ -573,6 +573,29 @@ def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_pa
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
 
 
+def test_env_workers_that_a_stop_signal_ended_too_are_no_error_line(tmp_path, capsys):
+    # A SIGTERM to the process group (Slurm's scancel, a scheduler's stop) ends the subproc workers
+    # too: the run stopped with exit 130 and its summary, then "error: env 0 of 8 (worker pid ...)
+    # was killed by SIGTERM", which reads as an env's failure (exit 3). An env that hangs past the
+    # stop's grace period still says so (test_sigterm_ends_a_run_whose_env_hangs_within_20_s...).
+    from atari.errors import EnvWorkerDied
+
+    trainer = cartpole_trainer(tmp_path, total_timesteps=10_000, checkpoint_every=10**6)
+    iterate = trainer.iterate
+
+    def iterate_then_lose_the_workers_to_the_signal():
+        iterate()
+        if trainer.iterations == 3:
+            trainer.request_stop("SIGTERM")
+            raise EnvWorkerDied("env 0 of 2 (worker pid 1234) was killed by SIGTERM")
+
+    trainer.iterate = iterate_then_lose_the_workers_to_the_signal
+    outcome = trainer.train()
+    assert (outcome.stop, outcome.error, outcome.message) == (Stop.INTERRUPTED, "", "stopped by SIGTERM")
+    assert exit_code(outcome, "train.py") == 130 and capsys.readouterr().err == ""
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == outcome.timesteps == trainer.timesteps
+
+
 def test_a_run_stopped_inside_an_env_step_and_continued_is_not_timed_out(tmp_path):
     # kill -STOP (or Ctrl-Z) for longer than --env-timeout, landing in a step: the stop is not the
     # env's time (a Pong run paused for benchmarks once ended with exit 6 at its SIGCONT).

@@ -37,7 +37,7 @@ from acer_sync.training.signals import STOP_GRACE_SECONDS, GracefulStop
 from atari import parts
 from atari.envs import EnvInfo, VecEnv
 from atari.episodes import EpisodeTracker
-from atari.errors import EnvFailed, EnvTimedOut
+from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied
 
 
 @dataclass
@@ -278,7 +278,12 @@ class Trainer:
         except EnvFailed as error:
             # The iteration it broke is dropped: the checkpoint holds the last one completed. After
             # a stop signal, an env that hung past the grace period, or workers that the signal
-            # ended too (a SIGTERM to the process group), are part of that stop.
+            # ended too (a SIGTERM to the process group), are part of that stop. Workers the
+            # signal ended are no error to report (a batch system's cancel signals every process
+            # of the job): the stop's own summary says it all.
+            if stop.signal_name is not None and isinstance(error, EnvWorkerDied):
+                log.info(f"{error}: the signal reached the env workers too; the iteration under way is dropped")
+                return self._end(self._outcome(Stop.INTERRUPTED))
             stop_kind = Stop.INTERRUPTED if stop.signal_name is not None else env_stop(error)
             return self._end(self._outcome(stop_kind, str(error)), say_saved=True)
         except WriteFailed as error:
