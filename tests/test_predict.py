@@ -102,9 +102,11 @@ def test_predict_takes_one_observation_as_the_env_returns_it(trained):
     state = None
     for start in (True, False, False):
         action, state = policy.predict(obs, state, episode_start=[start])
-        assert env.action_space.contains(action)
+        assert env.action_space.contains(action) and policy.action_space.contains(action)
         assert (state is not None) == policy.recurrent
         obs, *_ = env.step(action)
+    if isinstance(env.action_space, gym.spaces.Discrete):  # SB3's model.action_space
+        assert policy.action_space == env.action_space
 
 
 def test_predict_takes_a_vector_envs_batch(trained):
@@ -356,3 +358,7 @@ def test_actions_clipped_to_a_float64_box_are_inside_it_in_training_evaluation_a
     assert NarrowFloat64Box.refused == []
     assert all(NarrowFloat64Box.action_space.contains(action) for action in actions)
     assert np.abs(actions).max() > 0.0999  # some were clipped, to the bound
+    space = policy.action_space  # SB3's model.action_space: the Box of what predict returns
+    assert space.dtype == np.float32 and space.shape == NarrowFloat64Box.action_space.shape
+    assert np.allclose(space.low, -0.1) and np.allclose(space.high, 0.1)
+    assert all(space.contains(action) for action in actions)

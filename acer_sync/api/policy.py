@@ -99,6 +99,14 @@ class Policy:
         #: The env's own observation space, where its observations are not the network's frames.
         self.observation_space = observation_space
 
+    @property
+    def action_space(self) -> gym.Space:
+        """What :meth:`predict` returns, as a gymnasium space (SB3's ``model.action_space``): the
+        env's ``Discrete(n, start)``, or a float32 Box of its bounds for continuous actions."""
+        if isinstance(self.distribution, Categorical):
+            return gym.spaces.Discrete(self.distribution.n, start=self.distribution.start)
+        return gym.spaces.Box(self.distribution.low, self.distribution.high, dtype=np.float32)
+
     @torch.inference_mode()
     def predict(
         self, observation, state: PolicyState | None = None, episode_start=None, deterministic: bool = False,
