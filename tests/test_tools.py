@@ -235,10 +235,12 @@ def test_life_loss_frames_bad_input_is_one_line(tmp_path, problem, message):
 
 
 def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_the_budget_leaves_out(tmp_path):
-    # The report tools/gpu_report.sh runs first on a lent GPU, tried here as its dry run: one
-    # setting fits the budget (bench.py --device cpu), the rest are recorded as skipped.
+    # The report tools/gpu_report.sh runs first on a lent GPU, tried here as its dry run: the first
+    # setting fits the budget (bench.py --device cpu; the budget counts from the script's start, its
+    # imports too), those with --compile (90 s to set up) do not and are recorded as skipped, and of
+    # the plain ones, at most one more fits, as the machine's speed has it.
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
-                             "--seconds", "2", "--budget", "40", "--out", str(tmp_path), "--python", sys.executable],
+                             "--seconds", "2", "--budget", "44", "--out", str(tmp_path), "--python", sys.executable],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (report,) = tmp_path.glob("cpu-*.jsonl")
@@ -247,7 +249,9 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     assert lines[0]["env"] == "CartPole-v1"  # Pong's bench line: tests/test_bench.py
     # The baseline, then the CUDA tests (whatever the timings take), then the other settings.
     assert lines[1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
-    assert all("skipped" in line for line in lines[2:]) and len(lines) == 12  # 11 settings and the tests
+    assert len(lines) == 12  # 11 settings and the tests
+    assert all("skipped" in line for line in lines[2:] if "--compile" in line["report"])
+    assert sum("skipped" not in line for line in lines[2:]) <= 1
     assert lines[4]["report"] == "OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph"
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
 
@@ -259,7 +263,7 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     python.write_text(f'#!/bin/bash\n[ "$1" = bench.py ] && exec sleep 600\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
-                             "--seconds", "1", "--budget", "33", "--cut", "2", "--out", str(tmp_path / "report"),
+                             "--seconds", "1", "--budget", "45", "--cut", "2", "--out", str(tmp_path / "report"),
                              "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     (report,) = (tmp_path / "report").glob("cpu-*.jsonl")
