@@ -4,6 +4,7 @@ import contextlib
 import csv
 import importlib
 import io
+import random
 import re
 import signal
 import subprocess
@@ -61,14 +62,16 @@ def run_here(script: str, *args) -> subprocess.CompletedProcess:
     """``python SCRIPT ARGS`` (train.py, play.py, plot.py, sweep.py) run in this process, as the
     script runs its command (:func:`acer_sync.base.errors.run_cli`: its error lines and exit codes),
     its output captured: a subprocess's result without the 2 s of a Python that imports torch. For
-    what fails before any env or training starts; the process's signal handlers are given back."""
+    what fails before any env or training starts; the process's signal handlers and global random
+    states (a run seeds them before some of its checks) are given back."""
     from acer_sync.base.errors import STOP_SIGNALS, run_cli
 
     command = script.removesuffix(".py")
     handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    python_random, numpy_random = random.getstate(), np.random.get_state()
     stdout, stderr = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), torch.random.fork_rng():
             try:
                 run_cli(lambda: importlib.import_module(f"acer_sync.cli.{command}").main(list(map(str, args)), script), script)
             except SystemExit as exit:
@@ -76,6 +79,8 @@ def run_here(script: str, *args) -> subprocess.CompletedProcess:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+        random.setstate(python_random)
+        np.random.set_state(numpy_random)
     return subprocess.CompletedProcess([script, *map(str, args)], code, stdout.getvalue(), stderr.getvalue())
 
 

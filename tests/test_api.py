@@ -504,3 +504,14 @@ def test_a_message_while_the_progress_bar_is_drawn_gets_a_line_of_its_own(capsys
     assert said.out == "reached the reward\n"
     cleared = said.err.index("\r      \r")  # the bar taken off its line before the message, then drawn again
     assert said.err.startswith("\r[0/10]") and "[3/10]" in said.err[cleared:]
+
+
+def test_an_evaluation_due_before_a_session_without_evaluations_is_not_owed_after_it(tmp_path):
+    # The evaluation state a session with --eval-every 0 carried on untouched (next_eval 240) was
+    # taken, once evaluations were back on, for one a stop had skipped: played off its schedule, at 440.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **{**SMALL, "eval_every": 100,
+                                                                                                 "eval_episodes": 2})
+    acer_sync.train(resume=run_dir, total_timesteps=400, eval_every=0, progress_bar=False)
+    acer_sync.train(resume=run_dir, total_timesteps=560, eval_every=100, progress_bar=False)
+    evaluated = [int(row["total_timesteps"]) for row in read_progress(run_dir) if int(row["eval_episodes"])]
+    assert evaluated == [120, 200, 520]  # the iterations of 40 steps that reach 100, 200 and 500

@@ -402,3 +402,36 @@ def test_a_periodic_checkpoint_holds_the_users_callback_state_of_its_iteration_a
     stopper = Counts(stop_at=4)
     assert api.run("CartPole-v1", run_dir=tmp_path / "stopped", total_timesteps=100, callbacks=[stopper], **SMALL).stop is Stop.CALLBACK
     assert stopper.ended == (Stop.CALLBACK, 40, 40)
+
+
+class CheckpointCallback(acer_sync.Callback):
+    """A user's callback named as SB3's (and acer_sync's built-in) one, with a state of its own."""
+
+    def __init__(self):
+        self.saves, self.loaded = 0, None
+
+    def on_rollout_end(self, trainer, row):
+        self.saves += 1
+
+    def state(self):
+        return {"saves": self.saves}
+
+    def load_state(self, state):
+        self.loaded = state
+
+
+def test_a_users_callback_named_as_a_built_in_keeps_its_state_and_the_end_reports_the_row_before_the_checkpoint(tmp_path):
+    # Keys are class names in the list's order ("CheckpointCallback#2" for the user's): running the
+    # checkpoints after the user's callbacks must not renumber them, or an old checkpoint's user
+    # state goes to the built-in; at the end the final row still reaches on_progress before
+    # on_checkpoint (a sweep reports the checkpoint's step with the last row).
+    events = []
+    run_dir = tmp_path / "run"
+    acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=10_000, callbacks=[CheckpointCallback(), Recorder(stop_after=3)],
+                    on_progress=lambda row: events.append(("row", row["total_timesteps"])),
+                    on_checkpoint=lambda path: events.append(("checkpoint", load_checkpoint(path)["counters"]["timesteps"])), **SMALL)
+    assert events == [("row", 30), ("checkpoint", 30)]
+    assert load_checkpoint(run_dir)["callbacks"]["CheckpointCallback#2"] == {"saves": 3}
+    resumed = CheckpointCallback()
+    acer_sync.train(resume=run_dir, total_timesteps=40, callbacks=[resumed, Recorder()], progress_bar=False)
+    assert resumed.loaded == {"saves": 3}

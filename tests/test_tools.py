@@ -286,6 +286,16 @@ def test_the_gpu_scripts_say_in_one_line_that_gymnasium_is_missing_before_they_s
     assert not list((tmp_path / "out").glob("*.jsonl"))
 
 
+@pytest.mark.parametrize("option, value", [("--cut", "2.5"), ("--seconds", "0"), ("--budget", "")])
+def test_the_gpu_report_takes_whole_seconds_only(tmp_path, option, value):
+    # --cut 2.5 failed the budget's bash arithmetic ("integer expression expected") and was
+    # silently replaced by the rest of the budget
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--device", "cpu", option, value, "--out",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        2, f"gpu_report.sh: error: {option} must be a positive whole number of seconds, got {value}\n")
+
+
 def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--out", str(tmp_path), "--python", sys.executable],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -37,6 +37,9 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_report.sh: error: unknown option $1 (see the header of tools/gpu_report.sh)" >&2; exit 2 ;;
   esac
 done
+for whole in "--seconds $SECONDS_PER" "--budget $BUDGET" "--cut ${CUT:-1}"; do  # the budget's arithmetic is bash's, in whole seconds
+  case ${whole#* } in ''|*[!0-9]*|0) echo "gpu_report.sh: error: ${whole% *} must be a positive whole number of seconds, got ${whole#* }" >&2; exit 2 ;; esac
+done
 # gymnasium and ale-py from .whl where the image lacks them (the lent GPU machine's)
 source tools/use_wheels.sh
 if [ "$DEVICE" = cuda ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then

@@ -184,8 +184,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
     groups: dict[str, Group] = {}
     for run in runs:
         config = {**SETTING_DEFAULTS, **run.config}
+        evaluated = bool(np.isfinite(run.columns.get("eval_mean", np.array([]))).any())  # --eval-every may change on a resume
         ignored = (*IGNORED_FOR_GROUPING, "env", *(() if config["network"] in ("lstm", "cnn_lstm") else MEMORY_SETTINGS),
-                   *(() if config["eval_every"] else ("eval_greedy",)))  # it means nothing without evaluations
+                   *(() if config["eval_every"] or evaluated else ("eval_greedy",)))  # it means nothing without evaluations
         if config["lr_schedule"] != "constant":  # the rate at each step depends on the run's length
             ignored = tuple(name for name in ignored if name != "total_timesteps")
         settings = {key: value for key, value in config.items() if key not in ignored}

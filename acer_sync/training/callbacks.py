@@ -10,9 +10,9 @@ env step: a callback that defines SB3's (``_on_step``, ``on_step``, ...) is refu
 
 ``on_rollout_end`` gets the iteration's progress row as a dict, empty when no row is written this
 iteration. The built-ins run first, in this order, so that the user's callbacks see a full row,
-but for the checkpoints, which come after the user's callbacks in an iteration (a checkpoint holds
-their state of that iteration) and before them at the end (their ``on_training_end`` finds the
-final checkpoint written):
+but for the checkpoints' ``on_rollout_end``, which comes after the user's callbacks (a periodic
+checkpoint holds their state of that iteration); at the end the checkpoint is written before a
+user's ``on_training_end`` runs:
 
 * [`EvalCallback`][] plays ``eval_episodes`` full games every ``eval_every`` steps, puts the
   ``eval_*`` columns in the row and keeps ``checkpoints/best.pt`` at the best evaluation mean;
@@ -21,8 +21,8 @@ final checkpoint written):
 * ``WandbCallback`` (``acer_sync.training.tracking``) with ``track``: the row, the config and the
   evaluation's videos to Weights & Biases;
 * [`ProgressBar`][] (tqdm);
-* [`CheckpointCallback`][] writes a checkpoint every ``checkpoint_every`` steps and at the end
-  (after the user's callbacks in an iteration).
+* [`CheckpointCallback`][] writes a checkpoint every ``checkpoint_every`` steps (after the
+  user's callbacks in an iteration) and at the end.
 
 An exception raised in a user's callback saves a checkpoint, then propagates.
 """
@@ -67,6 +67,10 @@ class Callback:
     Trainer (``acer_sync.training.trainer.Trainer``: ``trainer.timesteps``, ``trainer.model``,
     ``trainer.tracker``, ...). Return ``False`` from ``on_training_start`` or ``on_rollout_end``
     to stop the run (after saving a checkpoint); set ``stop_message`` to say why."""
+
+    #: Whether its ``on_rollout_end`` runs after the user's callbacks' (the checkpoints': their state
+    #: of the iteration goes in); its place in the list stands for the other hooks and the state's key.
+    after_the_users = False
 
     #: Stable-Baselines3's hooks, which acer_sync does not call: a callback defining one is refused.
     SB3_HOOKS = ("_on_step", "on_step", "_on_rollout_start", "on_rollout_start", "_on_rollout_end",
@@ -133,14 +137,16 @@ class CallbackList:
     def __init__(self, callbacks: Iterable[Callback] = (), user: Iterable[Callback] = ()):
         self.callbacks = check_callbacks(callbacks)
         self.user = list(user)
+        #: The order of ``on_rollout_end``: the list's, with those that run after the users' last.
+        self.iteration_order = sorted(self.callbacks, key=lambda callback: callback.after_the_users)
         self._warned: set[str] = set()  # the callbacks whose state was left out, warned once
         # States a checkpoint held for callbacks this session has not (W&B's run id while --track is
         # off for a resume): kept in the next checkpoints, for a later session that has them again.
         self._absent: dict = {}
 
-    def _each(self, hook: str, *args) -> Callback | None:
+    def _each(self, hook: str, *args, order: list[Callback] | None = None) -> Callback | None:
         stopper = None
-        for callback in self.callbacks:
+        for callback in self.callbacks if order is None else order:
             try:
                 result = getattr(callback, hook)(*args)
                 stops = result is not None and not result  # SB3's "if not callback.on_step()", None going on
@@ -159,15 +165,14 @@ class CallbackList:
         return self._each("on_training_start", trainer)
 
     def on_rollout_end(self, trainer) -> Callback | None:
-        return self._each("on_rollout_end", trainer, {})
+        return self._each("on_rollout_end", trainer, {}, order=self.iteration_order)
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        """Every callback's ``on_training_end``, the built-ins first (the checkpoint is saved
-        before a user's callback runs), each given ``outcome`` with the step the checkpoint holds
-        then; the first exception is raised after all have run."""
+        """Every callback's ``on_training_end``, in order (the built-ins first: the checkpoint is
+        saved before a user's callback runs), each given ``outcome`` with the step the checkpoint
+        holds then; the first exception is raised after all have run."""
         failure = None
-        ordered = [callback for callback in self.callbacks if not self._is_user(callback)]
-        for callback in ordered + [callback for callback in self.callbacks if self._is_user(callback)]:
+        for callback in self.callbacks:
             try:
                 callback.on_training_end(trainer, dataclasses.replace(outcome, checkpoint_step=trainer.checkpoint_step))
             except Exception as error:
@@ -268,7 +273,10 @@ class CheckpointCallback(Callback):
     newest ``keep_checkpoints`` kept) and at the end, unless non-finite updates stopped the run (the
     last good one stays, as after a failed write); the replay buffer beside it with ``save_buffer``,
     marked with the checkpoint's step. ``on_checkpoint`` is
-    called with the path of ``latest.pt`` after each."""
+    called with the path of ``latest.pt`` after each. In an iteration it runs after the user's
+    callbacks, so that a periodic checkpoint holds their state of that iteration."""
+
+    after_the_users = True
 
     def __init__(self, run_dir: Path, config: Config, on_checkpoint: Callable[[Path], None] | None = None):
         self.directory = Path(run_dir) / "checkpoints"
@@ -419,7 +427,9 @@ class EvalCallback(Callback):
         self.generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 1)
         self.video_generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 2)
         self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
-        if self.owed_eval is not None and self.owed_eval <= trainer.timesteps:
+        # Owed where due in the checkpoint's last iteration, which a stop ended before it played:
+        # one due earlier is a session's without evaluation (--eval-every 0 on a resume), not owed.
+        if self.owed_eval is not None and 0 <= trainer.timesteps - self.owed_eval < trainer.steps_per_iteration:
             self.next_eval = self.owed_eval  # a stop skipped it: it plays in this session's first iteration
         if self.checkpoints is not None:
             self.best_mean = self.checkpoints.saved_best_mean(type(self).__name__, self.best_mean)

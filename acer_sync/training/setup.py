@@ -113,8 +113,8 @@ def run_callbacks(
     on_progress: Callable[[dict], None] | None = None, on_checkpoint: Callable[[Path], None] | None = None,
 ) -> CallbackList:
     """A run's callbacks in the order they run: the built-ins (:mod:`acer_sync.training.callbacks` lists them), with the
-    ``on_progress`` shorthand right after the row is written, then the user's, then the checkpoints (at the end
-    they run before the user's: :meth:`CallbackList.on_training_end`)."""
+    ``on_progress`` shorthand right after the row is written, then the user's (in an iteration the checkpoints come
+    after the user's: :class:`CallbackList`)."""
     checkpoints = CheckpointCallback(run_dir, config, on_checkpoint)
     evaluation = EvalCallback(config, checkpoints, run_dir) if config.eval_every else None
     progress = ProgressCallback(run_dir, config, resume_step, evaluation)
@@ -123,7 +123,7 @@ def run_callbacks(
     bar = [ProgressBar(config.total_timesteps)] if progress_bar else []
     user = list(user)
     callbacks = [
-        *([evaluation] if evaluation else []), progress, *progress_rows, *tracking, *bar, *user, checkpoints,
+        *([evaluation] if evaluation else []), progress, *progress_rows, *tracking, *bar, checkpoints, *user,
     ]
     return CallbackList(callbacks, user=progress_rows + user)
 
