@@ -1,14 +1,16 @@
 # Sourced by tools/gpu_report.sh, tools/gpu_share.sh and tools/gpu_pong.sh, with PY set: the lent device machine's image
 # has torch but not gymnasium or ale-py; tools/gpu_wheels.sh puts their wheels in .whl here, a device
 # call carries it, and they are installed beside the image's packages (exit 2 if they do not install).
-if [ -d .whl ] && ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_report_site .whl/*.whl \
-    || { echo "$(basename "$0"): error: the wheels in .whl did not install" >&2; exit 2; }
-  export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
+if ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
+  if [ -d .whl ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_report_site .whl/*.whl \
+      || { echo "$(basename "$0"): error: the wheels in .whl did not install" >&2; exit 2; }
+    export PYTHONPATH=/tmp/gpu_report_site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  # Without .whl (not carried), every bench line would say "printed no JSON line" and the tests
+  # fail at import: one line now, before the device time goes on them.
+  "$PY" -c "import gymnasium, ale_py" 2>/dev/null || {
+    echo "$(basename "$0"): error: gymnasium or ale-py does not import here; run tools/gpu_wheels.sh on the CPU machine and carry .whl" >&2
+    exit 2
+  }
 fi
-# Without .whl (not carried) on a machine that lacks them, every bench line would say "printed no JSON
-# line" and the tests fail at import: one line now, before the device time goes on them.
-"$PY" -c "import gymnasium, ale_py" 2>/dev/null || {
-  echo "$(basename "$0"): error: gymnasium or ale-py does not import here; run tools/gpu_wheels.sh on the CPU machine and carry .whl" >&2
-  exit 2
-}

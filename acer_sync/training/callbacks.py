@@ -72,10 +72,6 @@ class Callback:
     #: of the iteration goes in); its place in the list stands for the other hooks and the state's key.
     after_the_users = False
 
-    #: Stable-Baselines3's hooks, which acer_sync does not call: a callback defining one is refused.
-    SB3_HOOKS = ("_on_step", "on_step", "_on_rollout_start", "on_rollout_start", "_on_rollout_end",
-                 "_on_training_start", "_on_training_end", "_init_callback", "init_callback")
-
     #: Why this callback stopped the run, for the outcome and the log (default: its class name).
     stop_message: str = ""
 
@@ -101,6 +97,11 @@ class Callback:
         """Take back what [`state`][] returned, on resume."""
 
 
+#: Stable-Baselines3's hooks, which acer_sync does not call: a callback defining one is refused.
+SB3_HOOKS = ("_on_step", "on_step", "_on_rollout_start", "on_rollout_start", "_on_rollout_end",
+             "_on_training_start", "_on_training_end", "_init_callback", "init_callback")
+
+
 class CallbackFailed(Exception):
     """A user's callback raised ``error``; the Trainer saves a checkpoint, then raises ``error``."""
 
@@ -118,7 +119,7 @@ def check_callbacks(callbacks: Iterable) -> list[Callback]:
     for callback in callbacks:
         if not isinstance(callback, Callback):
             raise UserError(f"callbacks must be acer_sync.Callback instances, got {callback!r}")
-        defined = [name for name in Callback.SB3_HOOKS
+        defined = [name for name in SB3_HOOKS
                    if any(name in vars(cls) for cls in type(callback).__mro__ if cls not in (Callback, object))]
         if defined:
             raise UserError(
