@@ -644,6 +644,13 @@ def _on_continue(signum, frame) -> None:
         previous(signum, frame)
 
 
+def process_continues() -> int:
+    """How many SIGCONTs this process has had while a VecEnv was open: a change between two
+    readings means the process was stopped in between (an env call timed from another thread
+    starts its time again, as :func:`_on_alarm` starts a main-thread call's)."""
+    return _CONTINUES[0]
+
+
 def _hold_alarm() -> bool:
     """Install :func:`_on_alarm` and :func:`_on_continue` while any VecEnv is open (main thread
     only); False elsewhere."""
@@ -790,6 +797,7 @@ class VecEnv:
         self.armed_seconds, self.confirming, self.continues_seen = 0.0, False, 0
         self._calling = ""
         self.call_started = 0.0
+        self.call_continues = 0
         self._alarm = False  # whether this VecEnv holds the SIGALRM handler (made in the main thread)
         layout = info.frame_layout
         layouts = layout.values() if isinstance(layout, dict) else [layout]
@@ -909,6 +917,7 @@ class VecEnv:
                 self.expiry_reason = past_env_timeout(self.timeout)
                 self.armed_seconds = self.timeout
                 signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self.call_continues = _CONTINUES[0]
         self.call_started = time.monotonic()
         self._calling = what
         try:
@@ -937,11 +946,12 @@ class VecEnv:
                 _CALLING.pop()
                 signal.setitimer(signal.ITIMER_REAL, 0)
 
-    def current_call(self) -> tuple[str, float] | None:
-        """The env call running now, in any thread: ``("step" or "reset", its time.monotonic() start)``,
-        or None. A collecting thread has no SIGALRM timer: its waiter times the call with this."""
-        what, started = self._calling, self.call_started
-        return (what, started) if what else None
+    def current_call(self) -> tuple[str, float, int] | None:
+        """The env call running now, in any thread: ``("step" or "reset", its time.monotonic() start,
+        the process's SIGCONTs then (:func:`process_continues`))``, or None. A collecting thread has
+        no SIGALRM timer: its waiter times the call with this."""
+        what, started, continues = self._calling, self.call_started, self.call_continues
+        return (what, started, continues) if what else None
 
     def expire(self) -> None:
         """End the call running now with :class:`EnvTimedOut` (from the SIGALRM handler)."""

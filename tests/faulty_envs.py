@@ -7,6 +7,8 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 * ``hang``: sleeps for an hour;
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
 * ``stall``: sleeps 2 s in that step, once, and ends its episode there (terminated);
+* ``stop_process``: in that step, once, has the whole process stopped (SIGSTOP) 0.3 s into it for
+  2 s and continued (SIGCONT), the step taking 0.9 s of its thread's CPU time (Ctrl-Z, then ``fg``);
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
   the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it);
 * ``exit``: calls ``sys.exit(0)``;
@@ -37,6 +39,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
 import sys
 import time
 
@@ -56,7 +60,7 @@ class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "stall", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "json", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "stop_process", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "json", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -89,6 +93,12 @@ class FaultyCartPole(gym.Wrapper):
                 sys.exit(0)
             if self.fault == "slow":
                 time.sleep(0.1)
+            if self.fault == "stop_process" and self.steps == self.at_step:
+                pid = os.getpid()
+                subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -STOP {pid}; sleep 2; kill -CONT {pid}"])
+                began = time.thread_time()
+                while time.thread_time() - began < 0.9:  # CPU time: the stop does not count
+                    pass
             if self.fault == "stall" and self.steps == self.at_step:
                 time.sleep(2.0)
                 terminated = True

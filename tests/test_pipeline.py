@@ -20,7 +20,7 @@ from acer_sync.base.config import build_config
 from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
-from atari.envs import env_info
+from atari.envs import env_info, process_continues
 from atari.errors import EnvFailed, EnvTimedOut
 from helpers import ROOT, gaussian_net, read_progress, requires_cuda
 
@@ -94,11 +94,11 @@ class Calls:
     long (``hang`` one that returns when ``release`` is set), announced as VecEnv.current_call does."""
 
     def __init__(self):
-        self.running: tuple[str, float] | None = None
+        self.running: tuple[str, float, int] | None = None
         self.release = threading.Event()
 
     def call(self, seconds: float | None) -> None:
-        self.running = ("step", time.monotonic())
+        self.running = ("step", time.monotonic(), process_continues())
         self.release.wait(seconds)
         self.running = None
 
@@ -144,7 +144,7 @@ def test_a_stop_of_the_whole_process_is_not_the_envs_time(monkeypatch):
     def collect():
         for step in range(100):
             if step == 50:
-                calls.running = ("step", time.monotonic())
+                calls.running = ("step", time.monotonic(), process_continues())
                 offset[0] += 3.0  # stopped while this step ran
                 time.sleep(0.2)
                 calls.running = None

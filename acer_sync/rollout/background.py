@@ -29,6 +29,7 @@ import torch
 
 from acer_sync.nets.networks import Network, named_buffer_slots, network_from_spec, read_slots
 from acer_sync.replay.buffer import Segment
+from atari.envs import process_continues
 from atari.errors import EnvTimedOut, past_env_timeout
 
 
@@ -93,17 +94,18 @@ class BackgroundCollector:
     names the one running): a step or reset not back ``timeout`` seconds after it began, or one
     that was running when a stop signal came and is not back ``grace`` seconds after the signal, is
     an :class:`EnvTimedOut`. The calls a segment makes after a stop get the timeout, as in serial
-    mode, where the segment goes on to its end. A gap of over a second between the waiter's polls is
-    a stop of the whole process, and does not count. A hung thread is left behind (a daemon: it
+    mode, where the segment goes on to its end. A stop of the whole process does not count: a gap of
+    over a second between the waiter's polls, or a SIGCONT since the call began (one that ended a
+    stop during an update, when the waiter does not poll), starts the call's time again. A hung thread is left behind (a daemon: it
     cannot keep the process from exiting).
 
     :param collect: collects a segment.
     :param env_id: the env, for the messages.
-    :param env_call: the env call running now, as ``(what, time.monotonic() when it began)``, or
-        None (:meth:`atari.envs.VecEnv.current_call`).
+    :param env_call: the env call running now, as ``(what, time.monotonic() when it began,
+        atari.envs.process_continues() then)``, or None (:meth:`atari.envs.VecEnv.current_call`).
     """
 
-    def __init__(self, collect: Callable[[], Segment], env_id: str, env_call: Callable[[], tuple[str, float] | None]):
+    def __init__(self, collect: Callable[[], Segment], env_id: str, env_call: Callable[[], tuple[str, float, int] | None]):
         self.collect = collect
         self.env_id = env_id
         self.env_call = env_call
@@ -150,7 +152,9 @@ class BackgroundCollector:
         if thread is None:
             raise RuntimeError("no collection was started")
         last = time.monotonic()
-        call, began = None, 0.0  # the env call timed, and when it began, less the time the process was stopped since
+        # The env call timed, when it began (less the time the process was stopped since), and the
+        # process's SIGCONTs that its time counts from.
+        call, began, continues = None, 0.0, 0
         while thread.is_alive():
             thread.join(0.05)
             if not thread.is_alive():
@@ -159,6 +163,7 @@ class BackgroundCollector:
             gap = now - last if now - last > 1.0 else 0.0  # the process was stopped (Ctrl-Z, kill -STOP): not the env's time
             if running != call:
                 call, began = running, running[1] if running is not None else 0.0
+                continues = running[2] if running is not None else 0
                 # A call that began before the stop began over gap seconds ago, one after it within a poll's 50 ms.
                 if running is not None and now - running[1] > gap / 2:
                     began += gap
@@ -167,7 +172,12 @@ class BackgroundCollector:
             last = now
             if call is None:
                 continue
-            what, started = call
+            if process_continues() != continues:
+                # The process was stopped and continued since the call began, or since the last poll
+                # (an update, when nothing polls, may have held a whole stop): its time starts again,
+                # as serial mode's SIGALRM handler starts a call's.
+                continues, began = process_continues(), now
+            what, started, _ = call
             if signal is not None and started <= signal[1] and now - signal[1] > grace:
                 raise EnvTimedOut(f"{self.env_id}'s {what} had not returned {grace:g} s after {signal[0]}")
             if timeout > 0 and now - began > timeout:
