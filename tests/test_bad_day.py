@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import re
 import resource
 import shutil
 import signal
@@ -573,6 +574,25 @@ def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_pa
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
 
 
+def test_an_overlapped_run_stopped_inside_an_env_step_during_an_update_is_not_timed_out(tmp_path):
+    # The collecting thread's env call is timed by the main thread's polls, which run only between
+    # updates: a stop (Ctrl-Z, kill -STOP) that came and went during an update was counted as the
+    # env's time at the next poll, and the run ended with exit 6 ("did not return within
+    # --env-timeout 1.5 s") where serial mode went on.
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "stop_process", "at_step": 11},
+                               num_envs=1, nsteps=5, total_timesteps=25, pipeline="overlap", env_timeout=1.5,
+                               replay_start=10**6, buffer_size=100)
+    update = trainer.agent.update
+
+    def slow_update(*args, **kwargs):  # the stop lands in an update: the step began as it did
+        time.sleep(1.0)
+        return update(*args, **kwargs)
+
+    trainer.agent.update = slow_update
+    outcome = trainer.train()
+    assert (outcome.stop, outcome.error, outcome.timesteps) == (Stop.FINISHED, "", 25)
+
+
 def test_env_workers_that_a_stop_signal_ended_too_are_no_error_line(tmp_path, capsys):
     # A SIGTERM to the process group (Slurm's scancel, a scheduler's stop) ends the subproc workers
     # too: the run stopped with exit 130 and its summary, then "error: env 0 of 8 (worker pid ...)
@@ -664,6 +684,56 @@ def test_another_runs_checkpoint_copied_in_is_refused(run_copy, tmp_path):
     refused_resume(run_copy, r"is not this run's: it has env Acrobot-v1 \(config.json: CartPole-v1\)")
 
 
+def test_another_runs_buffer_copied_in_is_refused_and_a_run_keeps_its_key_through_resumes(run_copy, tmp_path):
+    # It was used without a word: another seed's run of the same settings reaches the same checkpoint
+    # steps with arrays of the same shapes, and replay trained on its frames and μ.
+    other = tmp_path / "other"
+    acer_sync.train("CartPole-v1", run_dir=other, total_timesteps=480, checkpoint_every=240, save_buffer=True,
+                    buffer_size=400, replay_start=40, verbose=0, **{**SMALL, "seed": 7})
+    key = load_checkpoint(run_copy)["run_key"]
+    other_key = load_checkpoint(other)["run_key"]
+    assert re.fullmatch("[0-9a-f]{16}", key) and other_key != key
+    own = (run_copy / "checkpoints" / BUFFER_FILE).read_bytes()
+    shutil.copyfile(other / "checkpoints" / BUFFER_FILE, run_copy / "checkpoints" / BUFFER_FILE)
+    refused_resume(run_copy, rf"the replay buffer .*buffer.npz was saved by another run \(its run key is {other_key}, "
+                             rf"this run's {key}\); put this run's own back, or move it away to resume with an empty replay")
+    (run_copy / "checkpoints" / BUFFER_FILE).write_bytes(own)
+    acer_sync.train(resume=run_copy, total_timesteps=720, verbose=0)
+    assert load_checkpoint(run_copy)["run_key"] == key
+    with np.load(run_copy / "checkpoints" / BUFFER_FILE) as arrays:
+        assert str(arrays["run_key"]) == key and int(arrays["checkpoint_step"]) == 720
+
+
+def test_a_resume_without_save_buffer_says_that_the_saved_buffer_goes_stale(run_copy, caplog):
+    # It was used, then left at its step for good (5.7 GB on Atari) without a word.
+    with caplog.at_level(logging.INFO, logger="acer_sync"):
+        acer_sync.train(resume=run_copy, total_timesteps=720, save_buffer=False, verbose=1, progress_bar=False)
+    path = run_copy / "checkpoints" / BUFFER_FILE
+    assert (f"replay resumes with the saved buffer (240 steps per env); --save-buffer is off, so {path} "
+            f"({path.stat().st_size / 1e9:.2f} GB) is not kept up to date: remove it to free the disk") in caplog.text
+    with np.load(path) as arrays:
+        assert int(arrays["checkpoint_step"]) == 480
+
+
+def test_a_run_from_before_run_keys_resumes_with_its_buffer_and_gets_a_key(run_copy, caplog):
+    def forget(payload):
+        del payload["run_key"]
+
+    edit_checkpoint(run_copy, forget)
+    path = run_copy / "checkpoints" / BUFFER_FILE
+    with np.load(path) as saved:
+        arrays = {name: saved[name] for name in saved.files if name != "run_key"}
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+    with caplog.at_level(logging.INFO, logger="acer_sync"):
+        acer_sync.train(resume=run_copy, total_timesteps=720, verbose=1, progress_bar=False)
+    assert "replay resumes with the saved buffer" in caplog.text
+    key = load_checkpoint(run_copy)["run_key"]
+    assert re.fullmatch("[0-9a-f]{16}", key)
+    with np.load(path) as arrays:
+        assert str(arrays["run_key"]) == key
+
+
 def test_a_checkpoint_with_a_wrong_tensor_shape_is_refused(run_copy):
     def wrong(payload):
         payload["model"]["head.pi.weight"] = torch.zeros(3, 16)
@@ -723,6 +793,17 @@ def test_buffer_counters_that_no_run_could_write_are_refused(run_copy):
     with open(path, "wb") as handle:
         np.savez(handle, **arrays)
     refused_resume(run_copy, r"its counters \(10000000000 steps written, 1000000000 segments stored\) do not fit")
+
+
+def test_buffer_segment_starts_that_do_not_fit_its_counters_are_refused(run_copy):
+    # A segment_start of 10**9 loaded, and replay read frames at the wrong places of the ring.
+    path = run_copy / "checkpoints" / BUFFER_FILE
+    with np.load(path) as saved:
+        arrays = dict(saved)
+    arrays["segment_start"][0] = 10**9
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+    refused_resume(run_copy, r"its segment_start does not fit its counters \(240 steps written, 12 segments stored\)")
 
 
 def test_a_damaged_progress_header_is_refused_never_filled_with_nan(run_copy):

@@ -240,9 +240,11 @@ def test_a_restart_cut_bootstraps_the_newest_segments_last_step_where_its_episod
     assert restored[0].tolist() == restored[1].tolist() == [0.0, 8.0, 9.0]
 
 
-def test_a_saved_buffer_loads_into_the_buffer_a_chunk_at_a_time(tmp_path, monkeypatch):
+@pytest.mark.parametrize("tensors", [False, True])
+def test_a_saved_buffer_loads_into_the_buffer_a_chunk_at_a_time(tmp_path, monkeypatch, tensors):
     # np.load's arrays were all read into memory beside the buffer: a resume needed its memory twice
-    # (11.4 GB for the default Atari buffer of 5.7 GB).
+    # (11.4 GB for the default Atari buffer of 5.7 GB); a buffer of tensors (--replay-device cuda)
+    # still read each array whole, until this test took tensors too.
     import tracemalloc
 
     import acer_sync.replay.buffer as buffer_module
@@ -250,15 +252,15 @@ def test_a_saved_buffer_loads_into_the_buffer_a_chunk_at_a_time(tmp_path, monkey
 
     monkeypatch.setattr(buffer_module, "READ_CHUNK_BYTES", 1 << 18, raising=False)
     fields = buffer_fields((84, 84), np.dtype(np.uint8), Categorical(6))
-    buffer = ReplayBuffer(fields, 4, 20, 200, 4)
+    buffer = ReplayBuffer(fields, 4, 20, 200, 4, tensors=tensors)
     for segment in random_segments(fields, 20, 4, count=12):
         buffer.put(segment)
     (tmp_path / "checkpoints").mkdir()
-    save_buffer(tmp_path / "checkpoints", buffer, 960)
-    restored = ReplayBuffer(fields, 4, 20, 200, 4)
+    save_buffer(tmp_path / "checkpoints", buffer, 960, "0123456789abcdef")
+    restored = ReplayBuffer(fields, 4, 20, 200, 4, tensors=tensors)
     tracemalloc.start()
     try:
-        assert "replay resumes with the saved buffer" in load_buffer(tmp_path, restored, 960)
+        assert "replay resumes with the saved buffer" in load_buffer(tmp_path, restored, 960, "0123456789abcdef")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -266,3 +268,38 @@ def test_a_saved_buffer_loads_into_the_buffer_a_chunk_at_a_time(tmp_path, monkey
     assert frames > 5_000_000 and peak < frames / 4
     for name in ("frames", "actions", "mu", "rewards", "timeout_values"):
         assert np.array_equal(restored.arrays[name], buffer.arrays[name]), name
+
+
+def test_write_arrays_writes_what_np_savez_writes_a_tensor_a_chunk_at_a_time(tmp_path, monkeypatch):
+    # A buffer of tensors was copied to the host whole for np.savez: on the GPU (--replay-device
+    # cuda) a save needed the buffer's size in host memory. write_arrays streams each tensor.
+    import acer_sync.training.checkpoint as checkpoint_module
+    from acer_sync.replay.buffer import SavedArrays
+    from acer_sync.training.checkpoint import write_arrays
+
+    monkeypatch.setattr(checkpoint_module, "WRITE_CHUNK_BYTES", 64)
+    generator = np.random.default_rng(0)
+    arrays = {
+        "frames": generator.integers(0, 256, size=(7, 3, 5, 5), dtype=np.uint8),
+        "mu": generator.random((6, 3, 4), dtype=np.float32),
+        "actions": generator.integers(0, 300, size=(6, 3), dtype=np.int64),
+        "dones": generator.random((6, 3)) < 0.5,
+        "empty": np.zeros((0, 3), dtype=np.float32),
+        "counters": np.array([40, 2], dtype=np.int64),
+        "scalar": np.array(960, dtype=np.int64),
+        "key": np.array("0123456789abcdef"),
+    }
+    given = {name: torch.from_numpy(a) if a.dtype.kind != "U" and name != "scalar" else a for name, a in arrays.items()}
+    with open(tmp_path / "written.npz", "wb") as handle:
+        write_arrays(handle, given)
+    np.savez(tmp_path / "savez.npz", **arrays)
+    with np.load(tmp_path / "written.npz", allow_pickle=False) as written, np.load(tmp_path / "savez.npz") as reference:
+        assert written.files == reference.files
+        for name in reference.files:
+            assert written[name].dtype == reference[name].dtype and written[name].shape == reference[name].shape, name
+            assert np.array_equal(written[name], reference[name]), name
+        saved = SavedArrays(written)
+        for name in ("frames", "mu", "dones"):
+            target = torch.zeros(arrays[name].shape, dtype=torch.from_numpy(arrays[name]).dtype)
+            saved.copy_into(name, target)
+            assert torch.equal(target, torch.from_numpy(arrays[name])), name

@@ -139,7 +139,10 @@ def test_a_buffer_that_did_not_record_its_step_is_used_where_it_may_be_the_check
     # a run resumed once without its buffer wrote fewer steps into the next: 60 per env at step 240
     run_dir = copied(tmp_path, "cartpole_mlp")
     acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False)
-    without_its_step(run_dir, counters=np.array([60, 3]))
+    with np.load(run_dir / "checkpoints" / "buffer.npz") as arrays:
+        starts = np.zeros_like(arrays["segment_start"])
+    starts[:3] = [0, 20, 40]  # where such a buffer's 3 segments of 20 steps start
+    without_its_step(run_dir, counters=np.array([60, 3]), segment_start=starts)
     acer_sync.train(resume=run_dir, total_timesteps=560, progress_bar=False)
     said = capsys.readouterr().out
     assert "replay resumes with the saved buffer (60 steps per env) (saved before buffers recorded" in said

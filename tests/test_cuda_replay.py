@@ -86,3 +86,29 @@ def test_the_trainers_learning_step_never_waits_for_the_gpu(tmp_path, storage, n
         assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     finally:
         trainer.close()
+
+
+@requires_cuda
+def test_cuda_replay_saves_and_loads_a_chunk_at_a_time_as_the_host_buffer_does(tmp_path, monkeypatch):
+    import acer_sync.replay.buffer as buffer_module
+    import acer_sync.training.checkpoint as checkpoint_module
+    from acer_sync.training.checkpoint import load_buffer, save_buffer
+
+    monkeypatch.setattr(buffer_module, "READ_CHUNK_BYTES", 1 << 10, raising=False)
+    monkeypatch.setattr(checkpoint_module, "WRITE_CHUNK_BYTES", 1 << 10)
+    fields = buffer_fields((8, 8), np.dtype(np.uint8), Categorical(A))
+    buffers = {device: ReplayBuffer(fields, N, T, 6 * T, STACK, device=device) for device in ("cpu", "cuda")}
+    for segment in random_segments(fields, T, N, count=9):
+        for buffer in buffers.values():
+            buffer.put(segment)
+    for device, buffer in buffers.items():
+        (tmp_path / device / "checkpoints").mkdir(parents=True)
+        save_buffer(tmp_path / device / "checkpoints", buffer, 9 * T * N, "0123456789abcdef")
+    with np.load(tmp_path / "cpu/checkpoints/buffer.npz") as host, np.load(tmp_path / "cuda/checkpoints/buffer.npz") as gpu:
+        for name in host.files:
+            assert np.array_equal(host[name], gpu[name]), name
+    restored = ReplayBuffer(fields, N, T, 6 * T, STACK, device="cuda")
+    load_buffer(tmp_path / "cuda", restored, 9 * T * N, "0123456789abcdef")
+    for name, array in buffers["cpu"].arrays.items():
+        if name != "dones":  # a resume marks the newest step done (ReplayBuffer.load_state)
+            assert np.array_equal(restored.arrays[name].cpu().numpy(), array), name

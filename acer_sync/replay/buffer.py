@@ -119,22 +119,36 @@ class SavedArrays(Mapping):
         member.close()
         return shape, dtype
 
-    def copy_into(self, name: str, target: np.ndarray) -> None:
+    def copy_into(self, name: str, target: np.ndarray | torch.Tensor) -> None:
         """``target[...] = self[name]``, of a matching shape and dtype, without holding the whole
-        array twice in memory where the source is an npz file and ``target`` is contiguous."""
-        opened = self._member(name) if target.flags.c_contiguous else None
+        array twice in memory where the source is an npz file and ``target`` is contiguous: read a
+        chunk at a time into a numpy array, or into a buffer of tensors (on the GPU with
+        ``--replay-device cuda``, where the host then holds one chunk, not the array)."""
+        tensor = isinstance(target, torch.Tensor)
+        opened = self._member(name) if (target.is_contiguous() if tensor else target.flags.c_contiguous) else None
         if opened is None:
-            target[...] = self[name]
+            if tensor:
+                target.copy_(torch.from_numpy(self[name]))
+            else:
+                target[...] = self[name]
             return
         member, _, _ = opened
         with member:
-            view = memoryview(target.reshape(-1).view(np.uint8))
+            if tensor:
+                view = target.view(-1).view(torch.uint8)
+                size = view.numel()
+            else:
+                view = memoryview(target.reshape(-1).view(np.uint8))
+                size = len(view)
             done = 0
-            while done < len(view):
-                chunk = member.read(min(READ_CHUNK_BYTES, len(view) - done))
+            while done < size:
+                chunk = member.read(min(READ_CHUNK_BYTES, size - done))
                 if not chunk:
-                    raise ValueError(f"{name} ends after {done} of its {len(view)} bytes")
-                view[done:done + len(chunk)] = chunk
+                    raise ValueError(f"{name} ends after {done} of its {size} bytes")
+                if tensor:
+                    view[done:done + len(chunk)].copy_(torch.frombuffer(bytearray(chunk), dtype=torch.uint8))
+                else:
+                    view[done:done + len(chunk)] = chunk
                 done += len(chunk)
             member.read(1)  # at its end: the zip's CRC check runs here
 
@@ -424,9 +438,11 @@ class ReplayBuffer:
         index = ((self.steps_written - self.nsteps) // self.nsteps) % self.nsegments
         return self.gather(np.full(self.num_envs, index))
 
-    def state(self) -> dict[str, np.ndarray]:
-        """Everything needed to restore the buffer, as plain arrays (for ``np.savez``), with its format."""
-        arrays = {name: a if isinstance(a, np.ndarray) else a.cpu().numpy() for name, a in self.arrays.items()}
+    def state(self) -> dict[str, np.ndarray | torch.Tensor]:
+        """Everything needed to restore the buffer, with its format: numpy arrays, and the buffer's
+        tensors as they are (on the GPU with ``--replay-device cuda``:
+        :func:`acer_sync.training.checkpoint.write_arrays` brings them to the host a chunk at a time)."""
+        arrays = dict(self.arrays)
         arrays["segment_start"] = self.segment_start
         arrays["counters"] = np.array([self.steps_written, self.segments_stored], dtype=np.int64)
         arrays["format"] = np.array(BUFFER_FORMAT, dtype=np.int64)
@@ -466,11 +482,14 @@ class ReplayBuffer:
                 f"its counters ({steps_written} steps written, {segments_stored} segments stored) do not fit a buffer "
                 f"of {self.nsegments} segments of {self.nsteps} steps"
             )
+        expected_starts = np.zeros(self.nsegments, dtype=np.int64)  # put() writes them from the counters
+        starts = steps_written - self.nsteps * np.arange(segments_stored, 0, -1)
+        expected_starts[(starts // self.nsteps) % self.nsegments] = starts
+        if not np.array_equal(np.asarray(arrays["segment_start"]), expected_starts):
+            raise ValueError(f"its segment_start does not fit its counters ({steps_written} steps written, "
+                             f"{segments_stored} segments stored)")
         for name, target in targets.items():  # one array at a time
-            if isinstance(target, torch.Tensor):
-                target.copy_(torch.from_numpy(arrays[name]))
-            else:
-                arrays.copy_into(name, target)
+            arrays.copy_into(name, target)
         self.steps_written, self.segments_stored = steps_written, segments_stored
         if self.segments_stored:
             last_step = (self.steps_written - 1) % self.step_capacity

@@ -339,7 +339,7 @@ class CheckpointCallback(Callback):
                                 f"{error.strerror or error}; it stays")
         if self.config.save_buffer and self.buffer_step != trainer.timesteps:  # a run ending on a checkpoint's step wrote it then
             self._remove_stale_buffer()
-            save_buffer(self.directory, trainer.buffer, trainer.timesteps)
+            save_buffer(self.directory, trainer.buffer, trainer.timesteps, trainer.run_key)
             self.buffer_step = trainer.timesteps
         if self.on_checkpoint is not None:
             try:

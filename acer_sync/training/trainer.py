@@ -32,6 +32,7 @@ from acer_sync.rollout.background import ActingCopy, BackgroundCollector
 from acer_sync.rollout.runner import Runner
 from acer_sync.training.acer import ACER
 from acer_sync.training.callbacks import CallbackFailed, CallbackList
+from acer_sync.training.checkpoint import new_run_key
 from acer_sync.training.progress import UpdateStats
 from acer_sync.training.signals import STOP_GRACE_SECONDS, GracefulStop
 from atari import parts
@@ -75,8 +76,10 @@ class Trainer:
     """
 
     def __init__(self, config: Config, info: EnvInfo, run_dir: Path, parts: Parts, callbacks: CallbackList,
-                 counters: dict | None = None, on_close: Callable[[], None] | None = None):
+                 counters: dict | None = None, run_key: str | None = None, on_close: Callable[[], None] | None = None):
         self.config, self.info, self.run_dir, self.callbacks = config, info, Path(run_dir), callbacks
+        #: The run's name in its checkpoints and saved buffers, kept through its resumes (a fresh one by default).
+        self.run_key = run_key if run_key is not None else new_run_key()
         self.device, self.model, self.agent, self.fields = parts.device, parts.model, parts.agent, parts.fields
         self.buffer, self.env, self.runner, self.tracker = parts.buffer, parts.env, parts.runner, parts.tracker
         self.sampler, self.timer = parts.sampler, parts.timer
