@@ -94,10 +94,10 @@ class BackgroundCollector:
     names the one running): a step or reset not back ``timeout`` seconds after it began, or one
     that was running when a stop signal came and is not back ``grace`` seconds after the signal, is
     an :class:`EnvTimedOut`. The calls a segment makes after a stop get the timeout, as in serial
-    mode, where the segment goes on to its end. A stop of the whole process does not count: a gap of
-    over a second between the waiter's polls, or a SIGCONT since the call began (one that ended a
-    stop during an update, when the waiter does not poll), starts the call's time again. A hung thread is left behind (a daemon: it
-    cannot keep the process from exiting).
+    mode, where the segment goes on to its end. A stop of the whole process does not count: a gap
+    of over a second between the waiter's polls, or a SIGCONT since the call began (one that ended
+    a stop during an update, when the waiter does not poll), starts the call's time again. A hung
+    thread is left behind (a daemon: it cannot keep the process from exiting).
 
     :param collect: collects a segment.
     :param env_id: the env, for the messages.
