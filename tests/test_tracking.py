@@ -160,18 +160,40 @@ class FakeRun:
         pass
 
 
+class FakeOfflineRun(FakeRun):
+    """A W&B run as its offline runs answer: ``step`` counts this session's rows only (an offline
+    run opened again starts at 0), and every row is kept (``wandb sync`` uploads them in order, and
+    W&B then ignores those at steps it has passed)."""
+
+    settings = types.SimpleNamespace(mode="offline")
+
+    def __init__(self, run_id: str, logged: list[int], rows: list[dict]):
+        super().__init__(run_id, logged, rows)
+        self.session: list[int] = []
+
+    @property
+    def step(self) -> int:
+        return self.session[-1] + 1 if self.session else 0
+
+    def log(self, row: dict, step: int) -> None:
+        self.session.append(step)
+        self.logged.append(step)
+        self.rows.append(row)
+
+
 class FakeWandb:
     """``wandb.init``: each run's id, and what each run logged."""
 
-    def __init__(self):
+    def __init__(self, offline: bool = False):
         self.logged: dict[str, list[int]] = {}
         self.rows: dict[str, list[dict]] = {}
         self.ids: list[str | None] = []
+        self.run_class = FakeOfflineRun if offline else FakeRun
 
     def init(self, id=None, **settings):
         self.ids.append(id)
         run_id = id or f"run{len(self.ids)}"
-        return FakeRun(run_id, self.logged.setdefault(run_id, []), self.rows.setdefault(run_id, []))
+        return self.run_class(run_id, self.logged.setdefault(run_id, []), self.rows.setdefault(run_id, []))
 
 
 def test_tracking_logs_the_final_row_keeps_its_run_through_an_untracked_session_and_says_what_w_and_b_drops(
@@ -205,11 +227,14 @@ def test_tracking_logs_the_final_row_keeps_its_run_through_an_untracked_session_
     assert caplog.text.count("W&B ignores rows") == 1
 
 
-def test_an_evaluation_owed_at_the_total_that_w_and_b_cannot_take_is_said_in_one_warning(tmp_path, monkeypatch, caplog):
-    # The stop's row at the total reached W&B; the resume's evaluation at that step cannot.
+@pytest.mark.parametrize("offline", [False, True])
+def test_an_evaluation_owed_at_the_total_that_w_and_b_cannot_take_is_said_in_one_warning(tmp_path, monkeypatch, caplog,
+                                                                                         offline):
+    # The stop's row at the total reached W&B; the resume's evaluation at that step cannot. Offline,
+    # the W&B run opened again answered step 0, and the row was logged a second time without a word.
     import wandb
 
-    fake = FakeWandb()
+    fake = FakeWandb(offline)
     monkeypatch.setattr(wandb, "init", fake.init)
     config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
                                       total_timesteps=200, eval_every=100, eval_episodes=2, log_interval=4, threads=1,
@@ -248,3 +273,27 @@ def test_plot_and_sweep_without_their_extras_are_one_line_errors(tmp_path):
     assert 'matplotlib, which is not installed: pip install matplotlib (or the plot extra: pip install ".[plot]")' in one_line_error(plotted)
     swept = run(without(["ray"], "sweep", ROOT / "configs" / "cartpole-rr.yaml", "--runs-dir", tmp_path / "sweeps"))
     assert 'Ray Tune, which is not installed' in one_line_error(swept) and not (tmp_path / "sweeps").exists()
+
+
+def test_an_offline_w_and_b_run_resumed_behind_its_rows_says_so_as_an_online_one(tmp_path, monkeypatch, caplog):
+    # A rollback to a step copy (or a session killed after its checkpoint): the offline W&B run held
+    # rows past the checkpoint, but answered step 0 when opened again, and the resume said nothing
+    # of the rows that W&B will keep over this session's.
+    import shutil
+
+    import wandb
+
+    fake = FakeWandb(offline=True)
+    monkeypatch.setattr(wandb, "init", fake.init)
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=200, eval_every=0, log_interval=4, threads=1, track=True,
+                                      checkpoint_every=100))
+    info = env_info("CartPole-v1")
+    assert build_trainer(config, info, tmp_path, progress_bar=False).train().finished
+    assert fake.logged["run1"][-1] == 200
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copyfile(checkpoints / "step_0000000100.pt", checkpoints / "latest.pt")
+    with caplog.at_level("WARNING"):
+        assert build_trainer(config, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
+    assert "W&B run run1 holds rows to step 200, past the checkpoint's 100" in caplog.text
+    assert caplog.text.count("W&B ignores rows") == 1

@@ -44,11 +44,14 @@ class WandbCallback(Callback):
         self.progress = progress
         self.run = None
         self.run_id: str | None = None
+        #: The last step of a row this run logged to W&B, as far as this session knows (-1: none).
+        self.logged_to = -1
 
     def on_training_start(self, trainer) -> None:
         import wandb
 
         cfg = self.config
+        tracked_before = self.run_id is not None  # a W&B run of an earlier session, from the checkpoint
         try:
             self.run = wandb.init(
                 project=cfg.wandb_project, entity=cfg.wandb_entity or None, name=self.run_dir.name, id=self.run_id,
@@ -61,6 +64,11 @@ class WandbCallback(Callback):
                         "(log in with wandb login, or set WANDB_MODE=offline to keep the run under the run directory)")
             return
         self.run_id = self.run.id
+        # An online run says what it holds (its step); an offline one, opened again, counts from 0: the
+        # rows progress.csv held past the checkpoint (a session killed after it, a rollback), logged
+        # to the W&B run too where it was tracked then, stand for them.
+        logger = self.progress.logger if self.progress is not None else None
+        self.logged_to = logger.logged_before if tracked_before and logger is not None else -1
         last = self._last_step()
         if last > trainer.timesteps:
             log.warning(
@@ -77,9 +85,10 @@ class WandbCallback(Callback):
     def _last_step(self) -> int:
         """The step of the last row the W&B run holds (a resumed run's history goes on from it), -1 where none."""
         try:
-            return int(self.run.step) - 1  # ``step`` is the next log()'s
-        except Exception:  # noqa: BLE001 - a mode without it ("shared"): nothing to compare
-            return -1
+            step = int(self.run.step) - 1  # ``step`` is the next log()'s
+        except Exception:  # noqa: BLE001 - a mode without it ("shared"): what this run logged
+            step = -1
+        return max(step, self.logged_to)
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if self.run is None:
@@ -92,6 +101,7 @@ class WandbCallback(Callback):
         numbers = {name: value for name, value in row.items()
                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
         self.run.log(numbers, step=trainer.timesteps)
+        self.logged_to = max(self.logged_to, trainer.timesteps)
 
     def _log_videos(self) -> None:
         if self.evaluation is not None and self.evaluation.new_videos:
