@@ -515,3 +515,24 @@ def test_an_evaluation_due_before_a_session_without_evaluations_is_not_owed_afte
     acer_sync.train(resume=run_dir, total_timesteps=560, eval_every=100, progress_bar=False)
     evaluated = [int(row["total_timesteps"]) for row in read_progress(run_dir) if int(row["eval_episodes"])]
     assert evaluated == [120, 200, 520]  # the iterations of 40 steps that reach 100, 200 and 500
+
+
+def test_config_json_records_each_resumed_session_and_its_changes(tmp_path, capsys):
+    # A resume's settings and command were recorded nowhere: a run extended to 400 steps said 200 in
+    # config.json, and plot.py labelled it so.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, **SMALL)
+    first = json.loads((run_dir / "config.json").read_text())
+    assert "resumes" not in first
+    assert train.main(["--resume", str(run_dir), "--total-timesteps", "400", "--eval-every", "100", "--no-progress"]) in (0, None)
+    record = json.loads((run_dir / "config.json").read_text())
+    assert record["command"] == first["command"] and record["git_commit"] == first["git_commit"]
+    assert record["config"] == {**first["config"], "total_timesteps": 400, "eval_every": 100}
+    [session] = record["resumes"]
+    assert session["step"] == 200 and session["changed"] == {"total_timesteps": [200, 400], "eval_every": [0, 100]}
+    assert session["command"][-7:] == ["--resume", str(run_dir), "--total-timesteps", "400", "--eval-every", "100", "--no-progress"]
+    assert session["git_commit"] == first["git_commit"] and session["versions"] == first["versions"]
+    acer_sync.train(resume=run_dir, total_timesteps=600, verbose=0)  # and a resume from Python, with its call
+    sessions = json.loads((run_dir / "config.json").read_text())["resumes"]
+    assert [s["step"] for s in sessions] == [200, 400] and sessions[1]["changed"] == {"total_timesteps": [400, 600]}
+    assert sessions[1]["command"] == [f"acer_sync.train(resume={str(run_dir)!r}, total_timesteps=600)"]
+    capsys.readouterr()

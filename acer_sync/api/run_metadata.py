@@ -1,5 +1,5 @@
 """What a run records about itself besides its settings: package versions, the git commit, the
-command line (``config.json``)."""
+command line (``config.json``), and the same of each resumed session."""
 
 from __future__ import annotations
 
@@ -56,6 +56,30 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
     }
     text = json.dumps(payload, indent=2, default=str)
     atomic_write_text(run_dir / CONFIG_FILE, text)
+
+
+def record_resume(run_dir: Path, config: Config, argv: list[str], step: int, commit: str | None = None) -> None:
+    """A resumed session in ``config.json``: its settings become the session's (those a resume may
+    change), and ``resumes`` gains the session's step, command, git commit, package versions and
+    the settings it changed (``{name: [before, after]}``); the first session's record stays as it
+    is. A file that cannot be read as a run's record is left alone.
+
+    :raises WriteFailed: where it cannot be written (written atomically: the old file stays whole).
+    """
+    path = Path(run_dir) / CONFIG_FILE
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict):
+        return
+    before, now = payload["config"], json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    changed = {name: [before.get(name), value] for name, value in now.items() if before.get(name) != value}
+    resumes = payload.get("resumes") if isinstance(payload.get("resumes"), list) else []
+    session = {"step": step, "command": argv, "git_commit": git_commit() if commit is None else commit,
+               "versions": package_versions(), "changed": changed}
+    payload = {**payload, "config": now, "resumes": [*resumes, session]}
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 
 def read_config(run_dir: Path) -> dict | None:

@@ -35,7 +35,7 @@ from acer_sync.api.env_callables import (
     is_callable_env,
     register_callable,
 )
-from acer_sync.api.run_metadata import CONFIG_FILE, read_config, write_config
+from acer_sync.api.run_metadata import CONFIG_FILE, read_config, record_resume, write_config
 from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, given_twice, setting_name, validate
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
@@ -165,7 +165,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
     settings = {
         setting_name(str(name)): check_setting(str(name), _plain(value), "acer_sync.train") for name, value in settings.items()
     }
-    command = command or [call_text(env, settings)]
+    command = command or [call_text(env, settings if resume is None else {"resume": str(resume), **settings})]
     if run_dir is not None:
         run_dir = path_argument(run_dir, "--run-dir")
     if resume is not None:
@@ -252,6 +252,11 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 log.info(f"{CONFIG_FILE} was missing: written again from the checkpoint's settings")
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without it")
+        else:
+            try:
+                record_resume(run_dir, config, command, payload["counters"]["timesteps"], commit=commit)
+            except WriteFailed as error:
+                log.warning(f"{error}; the run goes on without this session in it")
         if on_start is not None:
             on_start(trainer)
         outcome = trainer.train()
