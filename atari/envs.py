@@ -796,8 +796,9 @@ class VecEnv:
         #: the SIGCONTs seen when it was armed (:func:`_on_alarm`).
         self.armed_seconds, self.confirming, self.continues_seen = 0.0, False, 0
         self._calling = ""
-        self.call_started = 0.0
-        self.call_continues = 0
+        #: The call running now for :meth:`current_call`, one tuple set in one assignment (another
+        #: thread reads it whole, never one call's start with another's name).
+        self._current_call: tuple[str, float, int] | None = None
         self._alarm = False  # whether this VecEnv holds the SIGALRM handler (made in the main thread)
         layout = info.frame_layout
         layouts = layout.values() if isinstance(layout, dict) else [layout]
@@ -917,9 +918,8 @@ class VecEnv:
                 self.expiry_reason = past_env_timeout(self.timeout)
                 self.armed_seconds = self.timeout
                 signal.setitimer(signal.ITIMER_REAL, self.timeout)
-        self.call_continues = _CONTINUES[0]
-        self.call_started = time.monotonic()
         self._calling = what
+        self._current_call = (what, time.monotonic(), _CONTINUES[0])
         try:
             with _gym_logger_quiet(self.backend == "subproc"):
                 if not main and self.timeout > 0 and self.backend == "subproc" and what in ("step", "reset"):
@@ -942,6 +942,7 @@ class VecEnv:
             raise _env_raised(self.info.env_id, error, f"in {what}") from error
         finally:
             self._calling = ""
+            self._current_call = None
             if main:
                 _CALLING.pop()
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -950,8 +951,7 @@ class VecEnv:
         """The env call running now, in any thread: ``("step" or "reset", its time.monotonic() start,
         the process's SIGCONTs then (:func:`process_continues`))``, or None. A collecting thread has
         no SIGALRM timer: its waiter times the call with this."""
-        what, started, continues = self._calling, self.call_started, self.call_continues
-        return (what, started, continues) if what else None
+        return self._current_call
 
     def expire(self) -> None:
         """End the call running now with :class:`EnvTimedOut` (from the SIGALRM handler)."""

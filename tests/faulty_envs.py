@@ -8,7 +8,7 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
 * ``slow``: sleeps 0.1 s in every step from then on (a process stopped now is stopped in a step);
 * ``stall``: sleeps 2 s in that step, once, and ends its episode there (terminated);
 * ``stop_process``: in that step, once, has the whole process stopped (SIGSTOP) 0.3 s into it for
-  2 s and continued (SIGCONT), the step taking 0.9 s of its thread's CPU time (Ctrl-Z, then ``fg``);
+  2.5 s and continued (SIGCONT) (Ctrl-Z, then ``fg``), the step returning 3.2 s after it began;
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
   the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it);
 * ``exit``: calls ``sys.exit(0)``;
@@ -42,6 +42,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import gymnasium as gym
@@ -95,10 +96,9 @@ class FaultyCartPole(gym.Wrapper):
                 time.sleep(0.1)
             if self.fault == "stop_process" and self.steps == self.at_step:
                 pid = os.getpid()
-                subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -STOP {pid}; sleep 2; kill -CONT {pid}"])
-                began = time.thread_time()
-                while time.thread_time() - began < 0.9:  # CPU time: the stop does not count
-                    pass
+                stopper = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -STOP {pid}; sleep 2.5; kill -CONT {pid}"])
+                threading.Thread(target=stopper.wait, daemon=True).start()  # reaped when it ends
+                time.sleep(3.2)  # 0.4 s past the stop's end, however loaded the machine
             if self.fault == "stall" and self.steps == self.at_step:
                 time.sleep(2.0)
                 terminated = True

@@ -578,9 +578,9 @@ def test_an_overlapped_run_stopped_inside_an_env_step_during_an_update_is_not_ti
     # The collecting thread's env call is timed by the main thread's polls, which run only between
     # updates: a stop (Ctrl-Z, kill -STOP) that came and went during an update was counted as the
     # env's time at the next poll, and the run ended with exit 6 ("did not return within
-    # --env-timeout 1.5 s") where serial mode went on.
+    # --env-timeout 2 s": 2.8 s or more at that poll) where serial mode went on.
     trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "stop_process", "at_step": 11},
-                               num_envs=1, nsteps=5, total_timesteps=25, pipeline="overlap", env_timeout=1.5,
+                               num_envs=1, nsteps=5, total_timesteps=25, pipeline="overlap", env_timeout=2.0,
                                replay_start=10**6, buffer_size=100)
     update = trainer.agent.update
 

@@ -290,8 +290,17 @@ def test_write_arrays_writes_what_np_savez_writes_a_tensor_a_chunk_at_a_time(tmp
         "key": np.array("0123456789abcdef"),
     }
     given = {name: torch.from_numpy(a) if a.dtype.kind != "U" and name != "scalar" else a for name, a in arrays.items()}
+    copied, to_host = [], torch.Tensor.cpu
+
+    def counted_cpu(tensor, *args, **kwargs):
+        copied.append(tensor.numel() * tensor.element_size())
+        return to_host(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", counted_cpu)
     with open(tmp_path / "written.npz", "wb") as handle:
         write_arrays(handle, given)
+    monkeypatch.undo()
+    assert max(copied) <= 64 and sum(copied) == sum(a.nbytes for a in given.values() if isinstance(a, torch.Tensor))
     np.savez(tmp_path / "savez.npz", **arrays)
     with np.load(tmp_path / "written.npz", allow_pickle=False) as written, np.load(tmp_path / "savez.npz") as reference:
         assert written.files == reference.files

@@ -427,3 +427,15 @@ def test_a_callable_envs_run_from_before_sb3s_image_rule_takes_its_envs_observat
         greedy = int(policy.model(features)[0].argmax())
     assert policy.predict(observation, deterministic=True)[0] == greedy
     assert policy._frames(observation)[0].shape == (1, 3, 40, 40) and np.array_equal(policy._frames(observation)[0][0], frames)
+
+
+def test_a_resumed_format_1_run_records_only_the_settings_its_resume_changed(tmp_path):
+    # Its config.json lacks the settings added since and holds compile: false; those are no change.
+    import json
+
+    run_dir = copied(tmp_path, "cartpole_mlp")
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False, verbose=0)
+    record = json.loads((run_dir / "config.json").read_text())
+    [session] = record["resumes"]
+    assert session["changed"] == {"total_timesteps": [480, 520]} and session["step"] == 480
+    assert record["config"]["compile"] == "off" and record["config"]["total_timesteps"] == 520

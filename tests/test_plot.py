@@ -151,7 +151,8 @@ def test_without_evaluations_eval_greedy_splits_no_group(tmp_path):
             write_run(tmp_path / "b", seed=1, eval_every=0, eval_greedy=True, evaluated=False)]
     assert [len(group.runs) for group in plot.group_runs([plot.load_run(path) for path in runs])] == [2]
     # runs started without evaluations and resumed with them (--eval-every may change on a resume;
-    # config.json keeps the start's 0): greedy and sampled scores were drawn as one group
+    # a config.json written before it recorded resumes keeps the start's 0): greedy and sampled
+    # scores were drawn as one group
     runs = [write_run(tmp_path / "c", eval_every=0), write_run(tmp_path / "d", seed=1, eval_every=0, eval_greedy=True)]
     groups = plot.group_runs([plot.load_run(path) for path in runs])
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["eval_greedy=False", "eval_greedy=True"]

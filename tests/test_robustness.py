@@ -498,9 +498,9 @@ def test_a_buffer_save_removes_the_stale_one_first_and_a_run_ending_on_a_checkpo
 
     writes, original = [], callbacks_module.save_buffer
 
-    def watched(directory, buffer, timesteps):
+    def watched(directory, buffer, timesteps, run_key):
         writes.append((timesteps, (directory / BUFFER_FILE).exists()))
-        original(directory, buffer, timesteps)
+        original(directory, buffer, timesteps, run_key)
 
     monkeypatch.setattr(callbacks_module, "save_buffer", watched)
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=480, checkpoint_every=160,

@@ -567,6 +567,12 @@ def test_a_trial_records_the_git_commit_sweep_py_gives_it(tmp_path, monkeypatch)
     )
     assert outcome.finished
     assert json.loads((tmp_path / "t" / "config.json").read_text())["git_commit"] == "0123abcd"
+    # a resumed trial's session records what run_trial now passes on a resume too (it recorded "unknown", and a
+    # call of 19 settings)
+    command = ["sweep.py", "pair.yaml", "(trial t)"]
+    assert api.run(resume=tmp_path / "t", command=command, commit="4567cdef", progress_bar=False, total_timesteps=32).finished
+    [session] = json.loads((tmp_path / "t" / "config.json").read_text())["resumes"]
+    assert (session["git_commit"], session["command"], session["changed"]) == ("4567cdef", command, {"total_timesteps": [16, 32]})
 
 
 def test_run_directories_inside_the_repository_stay_out_of_the_upload():

@@ -297,3 +297,29 @@ def test_an_offline_w_and_b_run_resumed_behind_its_rows_says_so_as_an_online_one
         assert build_trainer(config, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
     assert "W&B run run1 holds rows to step 200, past the checkpoint's 100" in caplog.text
     assert caplog.text.count("W&B ignores rows") == 1
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_rows_of_an_untracked_session_are_not_taken_for_w_and_bs(tmp_path, monkeypatch, caplog, offline):
+    # Tracked to 100, untracked to 200, back to the step copy at 100 and tracked again: W&B holds rows
+    # to 100 only, and a first fix (progress.csv's rows past the checkpoint) said it held them to 200.
+    import shutil
+
+    import wandb
+
+    fake = FakeWandb(offline)
+    monkeypatch.setattr(wandb, "init", fake.init)
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=100, eval_every=0, log_interval=4, threads=1, track=True,
+                                      checkpoint_every=100))
+    info = env_info("CartPole-v1")
+    assert build_trainer(config, info, tmp_path, progress_bar=False).train().finished
+    untracked = dataclasses.replace(config, track=False, total_timesteps=200)
+    assert build_trainer(untracked, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copyfile(checkpoints / "step_0000000100.pt", checkpoints / "latest.pt")
+    with caplog.at_level("WARNING"):
+        tracked = dataclasses.replace(config, total_timesteps=200)
+        assert build_trainer(tracked, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
+    assert "W&B" not in caplog.text
+    assert fake.logged["run1"][-1] == 200 and fake.logged["run1"].count(200) == 1

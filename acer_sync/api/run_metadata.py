@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from acer_sync.base.config import Config
+from acer_sync.base.log import log
 from acer_sync.training.checkpoint import atomic_write_text
 
 CONFIG_FILE = "config.json"
@@ -58,11 +59,11 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
     atomic_write_text(run_dir / CONFIG_FILE, text)
 
 
-def record_resume(run_dir: Path, config: Config, argv: list[str], step: int, commit: str | None = None) -> None:
-    """A resumed session in ``config.json``: its settings become the session's (those a resume may
-    change), and ``resumes`` gains the session's step, command, git commit, package versions and
-    the settings it changed (``{name: [before, after]}``); the first session's record stays as it
-    is. A file that cannot be read as a run's record is left alone.
+def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str], step: int, commit: str | None = None) -> None:
+    """A resumed session in ``config.json``: its settings become the session's ``config``, and
+    ``resumes`` gains the session's step, command, git commit, package versions and the settings it
+    changed from the checkpoint's ``saved`` ones (``{name: [before, after]}``); the first session's
+    record stays as it is. A file that cannot be read as a run's record is left alone (a warning).
 
     :raises WriteFailed: where it cannot be written (written atomically: the old file stays whole).
     """
@@ -70,11 +71,16 @@ def record_resume(run_dir: Path, config: Config, argv: list[str], step: int, com
     try:
         payload = json.loads(path.read_text())
     except (OSError, ValueError):
-        return
+        payload = None
     if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict):
+        log.warning(f"{path} is not a run's record of its settings, so this session is not added to it")
         return
-    before, now = payload["config"], json.loads(json.dumps(dataclasses.asdict(config), default=str))
-    changed = {name: [before.get(name), value] for name, value in now.items() if before.get(name) != value}
+
+    def plain(settings: Config) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(settings), default=str))
+
+    before, now = plain(saved), plain(config)
+    changed = {name: [before[name], value] for name, value in now.items() if before[name] != value}
     resumes = payload.get("resumes") if isinstance(payload.get("resumes"), list) else []
     session = {"step": step, "command": argv, "git_commit": git_commit() if commit is None else commit,
                "versions": package_versions(), "changed": changed}

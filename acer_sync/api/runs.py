@@ -254,7 +254,8 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 log.warning(f"{error}; the run goes on without it")
         else:
             try:
-                record_resume(run_dir, config, command, payload["counters"]["timesteps"], commit=commit)
+                record_resume(run_dir, Config(**payload["config"]), config, command, payload["counters"]["timesteps"],
+                              commit=commit)
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without this session in it")
         if on_start is not None:

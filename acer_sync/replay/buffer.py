@@ -80,7 +80,10 @@ class SavedArrays(Mapping):
         self.extra: dict[str, np.ndarray] = {}  # arrays a migration adds
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.extra[name] if name in self.extra else np.asarray(self.source[name])
+        if name in self.extra:
+            return self.extra[name]
+        value = self.source[name]  # a dict's may be a tensor of a buffer's state(), on the GPU too
+        return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
     def __contains__(self, name) -> bool:  # Mapping's would read the array
         return name in self.extra or name in self.source

@@ -228,13 +228,14 @@ def run_trial(tune_config: dict, driver: DriverContext) -> None:
         threading.Thread(target=wait_for_stop, args=(driver.stop_request, trainer), daemon=True).start()
 
     hooks = dict(progress_bar=False, on_progress=reporter.on_progress, on_checkpoint=reporter.on_checkpoint, on_start=on_start)
+    command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
     try:
         if has_checkpoint(run_dir):
             # The saved run, with what a resume may change (run length, device, evaluations, checkpoints, ...) from the sweep.
-            outcome = api.run(resume=run_dir, **hooks, **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
+            outcome = api.run(resume=run_dir, command=command, commit=driver.git_commit, **hooks,
+                              **{name: getattr(config, name) for name in RESUMABLE_CHANGES})
         else:
             settings = dataclasses.asdict(config)
-            command = ["sweep.py", trial["sweep_file"], f"(trial {trial['name']})"]
             outcome = api.run(settings.pop("env"), run_dir=run_dir, command=command, commit=driver.git_commit, **hooks, **settings)
     except TrialFailed:
         raise

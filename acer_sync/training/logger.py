@@ -42,9 +42,6 @@ class Logger:
         self.csv_path = Path(run_dir) / "progress.csv"
         self.tb_path = Path(run_dir) / "tb"
         self.columns: list[str] | None = None
-        #: The last step ``progress.csv`` held on a resume, before the rows past the checkpoint were
-        #: dropped (-1 where it held none): what an earlier session logged (W&B's rows too).
-        self.logged_before = -1
         try:  # first, and now: TensorBoard makes it at the first row, after a run's files are written
             self.tb_path.mkdir(exist_ok=True)
         except OSError as error:  # a file named tb, a read-only folder: the start fails, and leaves nothing
@@ -55,7 +52,7 @@ class Logger:
                 if self.columns is None:  # a header cut short, and no row: the first row writes it again
                     atomic_write_text(self.csv_path, "")
                 elif resume_step is not None:
-                    self.logged_before = drop_rows_after(self.csv_path, resume_step)
+                    drop_rows_after(self.csv_path, resume_step)
             except OSError as error:
                 raise WriteFailed(self.csv_path, error) from None
         try:
@@ -123,27 +120,22 @@ def check_progress(csv_path: Path) -> list[str] | None:
     return header
 
 
-def drop_rows_after(csv_path: Path, step: int) -> int:
+def drop_rows_after(csv_path: Path, step: int) -> None:
     """Rewrite ``progress.csv`` atomically without its rows past ``step`` and without a torn last
-    line (a row cut short by a kill); leave it alone when it holds neither. Returns the last step
-    of its whole rows before (-1 where it had none)."""
+    line (a row cut short by a kill); leave it alone when it holds neither."""
     with open(csv_path, newline="") as handle:
         lines = handle.read().splitlines(keepends=True)
     header = next(csv.reader(lines[:1]), [])
     if "total_timesteps" not in header:
-        return -1
+        return
     step_column = header.index("total_timesteps")
-    kept, last = lines[:1], -1
+    kept = lines[:1]
     for line in lines[1:]:
         cells = next(csv.reader([line]), [])
-        whole = line.endswith("\n") and len(cells) == len(header)
-        if whole and math.isfinite(_step(cells[step_column])):
-            last = max(last, int(_step(cells[step_column])))
-        if whole and _step(cells[step_column]) <= step:
+        if line.endswith("\n") and len(cells) == len(header) and _step(cells[step_column]) <= step:
             kept.append(line)
     if len(kept) < len(lines):
         atomic_write_text(csv_path, "".join(kept))
-    return last
 
 
 def _step(text: str) -> float:

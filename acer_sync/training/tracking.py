@@ -31,6 +31,11 @@ def check_wandb() -> None:
         raise UserError("--track logs to Weights & Biases, which is not installed: pip install wandb") from None
 
 
+#: Under the run directory's ``wandb/``: the W&B run's id and the step of the last row an offline
+#: session gave it, which a resumed offline run cannot tell (it counts its steps from 0 again).
+LOGGED_FILE = "last_logged_step"
+
+
 class WandbCallback(Callback):
     """Logs each progress row (numbers only; the final one, ``progress``'s, too), the config once,
     and each video the evaluation recorded (``capture_video``) to a W&B run named after the run
@@ -44,14 +49,14 @@ class WandbCallback(Callback):
         self.progress = progress
         self.run = None
         self.run_id: str | None = None
-        #: The last step of a row this run logged to W&B, as far as this session knows (-1: none).
+        self.offline = False
+        #: Offline, the last step of a row this W&B run was given, by any session (:data:`LOGGED_FILE`); -1: none.
         self.logged_to = -1
 
     def on_training_start(self, trainer) -> None:
         import wandb
 
         cfg = self.config
-        tracked_before = self.run_id is not None  # a W&B run of an earlier session, from the checkpoint
         try:
             self.run = wandb.init(
                 project=cfg.wandb_project, entity=cfg.wandb_entity or None, name=self.run_dir.name, id=self.run_id,
@@ -64,11 +69,10 @@ class WandbCallback(Callback):
                         "(log in with wandb login, or set WANDB_MODE=offline to keep the run under the run directory)")
             return
         self.run_id = self.run.id
-        # An online run says what it holds (its step); an offline one, opened again, counts from 0: the
-        # rows progress.csv held past the checkpoint (a session killed after it, a rollback), logged
-        # to the W&B run too where it was tracked then, stand for them.
-        logger = self.progress.logger if self.progress is not None else None
-        self.logged_to = logger.logged_before if tracked_before and logger is not None else -1
+        # An online run says what it holds (its step); an offline one, opened again, counts from 0,
+        # so the run directory keeps the last step each session gave it.
+        self.offline = self.run.settings.mode == "offline"
+        self.logged_to = self._recorded_step() if self.offline else -1
         last = self._last_step()
         if last > trainer.timesteps:
             log.warning(
@@ -86,9 +90,28 @@ class WandbCallback(Callback):
         """The step of the last row the W&B run holds (a resumed run's history goes on from it), -1 where none."""
         try:
             step = int(self.run.step) - 1  # ``step`` is the next log()'s
-        except Exception:  # noqa: BLE001 - a mode without it ("shared"): what this run logged
+        except Exception:  # noqa: BLE001 - a mode without it ("shared"): nothing to compare
             step = -1
         return max(step, self.logged_to)
+
+    def _recorded_step(self) -> int:
+        """The step :data:`LOGGED_FILE` records for this W&B run; -1 where it holds none (or is torn)."""
+        try:
+            run_id, step = (self.run_dir / "wandb" / LOGGED_FILE).read_text().split()
+            return int(step) if run_id == self.run.id else -1
+        except (OSError, ValueError):
+            return -1
+
+    def _logged(self, step: int) -> None:
+        """Offline, record that the W&B run was given a row at ``step`` (a failed write loses only this note)."""
+        if not self.offline or step <= self.logged_to:
+            return
+        self.logged_to = step
+        try:
+            (self.run_dir / "wandb").mkdir(exist_ok=True)
+            (self.run_dir / "wandb" / LOGGED_FILE).write_text(f"{self.run.id} {step}\n")
+        except OSError:
+            pass
 
     def on_rollout_end(self, trainer, row: dict) -> None:
         if self.run is None:
@@ -101,7 +124,7 @@ class WandbCallback(Callback):
         numbers = {name: value for name, value in row.items()
                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
         self.run.log(numbers, step=trainer.timesteps)
-        self.logged_to = max(self.logged_to, trainer.timesteps)
+        self._logged(trainer.timesteps)
 
     def _log_videos(self) -> None:
         if self.evaluation is not None and self.evaluation.new_videos:
@@ -109,6 +132,7 @@ class WandbCallback(Callback):
 
             for step, path in self.evaluation.new_videos:
                 self.run.log({"eval_video": wandb.Video(str(path), format="mp4")}, step=step)
+                self._logged(step)
             self.evaluation.new_videos.clear()
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
