@@ -275,20 +275,25 @@ def test_plot_and_sweep_without_their_extras_are_one_line_errors(tmp_path):
     assert 'Ray Tune, which is not installed' in one_line_error(swept) and not (tmp_path / "sweeps").exists()
 
 
+def tracked_cartpole(monkeypatch, offline: bool, total_timesteps: int):
+    """A fake W&B (:class:`FakeWandb`) in ``wandb.init``, and a tracked CartPole config checkpointing every 100 steps."""
+    import wandb
+
+    fake = FakeWandb(offline)
+    monkeypatch.setattr(wandb, "init", fake.init)
+    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
+                                      total_timesteps=total_timesteps, eval_every=0, log_interval=4, threads=1, track=True,
+                                      checkpoint_every=100))
+    return fake, config, env_info("CartPole-v1")
+
+
 def test_an_offline_w_and_b_run_resumed_behind_its_rows_says_so_as_an_online_one(tmp_path, monkeypatch, caplog):
     # A rollback to a step copy (or a session killed after its checkpoint): the offline W&B run held
     # rows past the checkpoint, but answered step 0 when opened again, and the resume said nothing
     # of the rows that W&B will keep over this session's.
     import shutil
 
-    import wandb
-
-    fake = FakeWandb(offline=True)
-    monkeypatch.setattr(wandb, "init", fake.init)
-    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
-                                      total_timesteps=200, eval_every=0, log_interval=4, threads=1, track=True,
-                                      checkpoint_every=100))
-    info = env_info("CartPole-v1")
+    fake, config, info = tracked_cartpole(monkeypatch, offline=True, total_timesteps=200)
     assert build_trainer(config, info, tmp_path, progress_bar=False).train().finished
     assert fake.logged["run1"][-1] == 200
     checkpoints = tmp_path / "checkpoints"
@@ -305,14 +310,7 @@ def test_rows_of_an_untracked_session_are_not_taken_for_w_and_bs(tmp_path, monke
     # to 100 only, and a first fix (progress.csv's rows past the checkpoint) said it held them to 200.
     import shutil
 
-    import wandb
-
-    fake = FakeWandb(offline)
-    monkeypatch.setattr(wandb, "init", fake.init)
-    config = build_config(False, dict(env="CartPole-v1", vec_env="sync", device="cpu", num_envs=2, nsteps=5,
-                                      total_timesteps=100, eval_every=0, log_interval=4, threads=1, track=True,
-                                      checkpoint_every=100))
-    info = env_info("CartPole-v1")
+    fake, config, info = tracked_cartpole(monkeypatch, offline, total_timesteps=100)
     assert build_trainer(config, info, tmp_path, progress_bar=False).train().finished
     untracked = dataclasses.replace(config, track=False, total_timesteps=200)
     assert build_trainer(untracked, info, tmp_path, resume=load_checkpoint(tmp_path)).train().finished
