@@ -172,11 +172,12 @@ class BackgroundCollector:
             last = now
             if call is None:
                 continue
-            if process_continues() != continues:
+            seen = process_continues()
+            if seen != continues:
                 # The process was stopped and continued since the call began, or since the last poll
                 # (an update, when nothing polls, may have held a whole stop): its time starts again,
                 # as serial mode's SIGALRM handler starts a call's.
-                continues, began = process_continues(), now
+                continues, began = seen, now
             what, started, _ = call
             if signal is not None and started <= signal[1] and now - signal[1] > grace:
                 raise EnvTimedOut(f"{self.env_id}'s {what} had not returned {grace:g} s after {signal[0]}")

@@ -34,7 +34,7 @@ from acer_sync.training.callbacks import (
     ProgressCallback,
     ProgressRows,
 )
-from acer_sync.training.checkpoint import BUFFER_FILE, load_buffer, new_run_key, remove_leftovers, restore
+from acer_sync.training.checkpoint import BUFFER_FILE, load_buffer, remove_leftovers, restore
 from acer_sync.training.tracking import WandbCallback
 from acer_sync.training.trainer import Parts, Trainer
 from atari.envs import EnvInfo, VecEnv, choose_backend
@@ -203,7 +203,6 @@ def build_trainer(
             f"replay buffer{where}: {config.num_envs} envs x {buffer.step_capacity} steps = "
             f"{buffer_bytes / 1e9:.2f} GB ({per_transition:.0f} bytes per transition)"
         )
-        run_key = resume["run_key"] if resume is not None and resume["run_key"] is not None else new_run_key()
         if resume is not None:
             said = load_buffer(run_dir, buffer, counters["timesteps"], resume["run_key"])
             saved = Path(run_dir) / "checkpoints" / BUFFER_FILE
@@ -238,7 +237,7 @@ def build_trainer(
         trainer = Trainer(
             config, info, Path(run_dir),
             Parts(device, model, agent, fields, buffer, env, runner, tracker, sampler, timer, acting, collector),
-            callback_list, counters, run_key, on_close=lambda: torch.set_num_threads(threads_before),
+            callback_list, counters, resume["run_key"] if resume is not None else None, on_close=lambda: torch.set_num_threads(threads_before),
         )
         undo.pop_all()  # started: the Trainer closes them
         return trainer
