@@ -59,6 +59,35 @@ def test_q_retrace_keeps_dtype_and_accepts_bool_dones(dtype):
     assert q_ret.dtype == dtype and q_ret.shape == (3, 2)
 
 
+def _q_retrace_row_by_row(rewards, dones, q_taken, values, rho_taken, gamma, timeout_values=None):
+    """Eq. (5) written the plain way, one row of the output at a time: q_retrace must give its bits."""
+    not_done, rho_bar = 1.0 - dones.to(rewards.dtype), rho_taken.clamp(max=1.0)
+    q_ret = torch.empty_like(rewards)
+    next_target = values[-1]
+    for t in reversed(range(rewards.shape[0])):
+        q_ret[t] = rewards[t] + gamma * not_done[t] * next_target
+        if timeout_values is not None:
+            q_ret[t] += gamma * timeout_values[t]
+        next_target = rho_bar[t] * (q_ret[t] - q_taken[t]) + values[t]
+    return q_ret
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("timeouts", [False, True])
+def test_q_retrace_gives_the_bits_of_the_row_by_row_recursion(dtype, timeouts):
+    generator = torch.Generator().manual_seed(7)
+    for T, N in [(1, 1), (3, 2), (20, 16), (5, 64)]:
+        rewards, q_taken = (torch.randn(T, N, generator=generator, dtype=dtype) * 10 for _ in range(2))
+        values = torch.randn(T + 1, N, generator=generator, dtype=dtype) * 10
+        rho_taken = torch.rand(T, N, generator=generator, dtype=dtype) * 3
+        dones = torch.rand(T, N, generator=generator) < 0.2
+        timeout_values = (torch.randn(T, N, generator=generator, dtype=dtype) * (torch.rand(T, N, generator=generator) < 0.3)
+                          if timeouts else None)
+        expected = _q_retrace_row_by_row(rewards, dones, q_taken, values, rho_taken, 0.99, timeout_values)
+        q_ret = losses.q_retrace(rewards, dones, q_taken, values, rho_taken, 0.99, timeout_values=timeout_values)
+        assert q_ret.dtype == dtype and torch.equal(q_ret, expected), (T, N)
+
+
 def test_q_retrace_rejects_bad_shapes():
     with pytest.raises(ValueError, match="T\\+1"):
         losses.q_retrace(REWARDS, DONES, Q_TAKEN, VALUES[:-1], RHO, GAMMA)

@@ -108,14 +108,21 @@ def q_retrace(
         _check_same_shape(rewards=rewards, timeout_values=timeout_values)
         timeout_values = timeout_values.to(dtype)
 
-    q_ret = torch.empty_like(rewards)
-    next_target = values[-1]
+    # The rows are taken apart once (unbind) and γ(1 − d_t), γ V^timeout_t formed for all rows at
+    # once: per element the same operations in the same order as indexing row by row, so the same
+    # bits, in a third of the operators (each a dispatch on a row of N numbers: half the time of a
+    # call at T = 20, N = 16 on the CPU).
+    discounts = (gamma * not_done).unbind(0)
+    timeout_terms = (gamma * timeout_values).unbind(0) if timeout_values is not None else None
+    reward_rows, rho_bar_rows, q_taken_rows, value_rows = (x.unbind(0) for x in (rewards, rho_bar, q_taken, values))
+    q_ret = [None] * rewards.shape[0]
+    next_target = value_rows[-1]
     for t in reversed(range(rewards.shape[0])):
-        q_ret[t] = rewards[t] + gamma * not_done[t] * next_target
-        if timeout_values is not None:
-            q_ret[t] += gamma * timeout_values[t]
-        next_target = rho_bar[t] * (q_ret[t] - q_taken[t]) + values[t]
-    return q_ret
+        q_ret[t] = reward_rows[t] + discounts[t] * next_target
+        if timeout_terms is not None:
+            q_ret[t] = q_ret[t] + timeout_terms[t]
+        next_target = rho_bar_rows[t] * (q_ret[t] - q_taken_rows[t]) + value_rows[t]
+    return torch.stack(q_ret)
 
 
 def importance_weights(pi: torch.Tensor, mu: torch.Tensor, eps: float = PROB_EPS) -> torch.Tensor:
