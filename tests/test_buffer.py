@@ -116,6 +116,31 @@ def test_stacks_are_zeroed_before_an_episode_start():
     assert torch.equal(stacks, expected)
 
 
+def _stacks_by_masking(frames, firsts, stack):
+    """The stacks built the plain way: every observation's rows indexed, earlier episodes' frames
+    masked to zero element by element. rebuild_stacks must give the same values."""
+    episode_id = torch.cumsum(firsts.to(torch.int32), dim=0)
+    rows = torch.arange(frames.shape[0] - stack + 1)[:, None] + torch.arange(stack)[None, :]
+    stacked, ids = frames[rows], episode_id[rows]  # [T+1, stack, N, ...], [T+1, stack, N]
+    mask = (ids == ids[:, -1:]).reshape(*ids.shape, *([1] * (frames.dim() - 2)))
+    return torch.where(mask, stacked, torch.zeros((), dtype=frames.dtype)).transpose(1, 2)
+
+
+def test_rebuilt_stacks_equal_the_masked_ones_for_any_shape():
+    generator = torch.Generator().manual_seed(3)
+    for trial in range(60):
+        stack, T, N = 1 + trial % 4, int(torch.randint(1, 9, (), generator=generator)), int(torch.randint(1, 6, (), generator=generator))
+        frame_shape = [(), (3,), (2, 3, 4)][trial % 3]
+        frames = torch.randint(0, 255, (T + stack, N, *frame_shape), generator=generator, dtype=torch.uint8)
+        if trial % 2:
+            frames = frames.float() / 7
+        firsts = torch.rand(T + stack, N, generator=generator) < [0.0, 0.2, 0.6][trial % 5 % 3]
+        stacks = rebuild_stacks(frames, firsts, stack)
+        expected = _stacks_by_masking(frames, firsts, stack)
+        assert stacks.shape == (T + 1, N, stack, *frame_shape) and stacks.dtype == frames.dtype, trial
+        assert stacks.is_contiguous() and torch.equal(stacks, expected), trial
+
+
 def test_one_segment_is_sampled_per_env():
     rollout, buffer = FakeRollout(2), make_buffer(6)
     segments = []
