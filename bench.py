@@ -40,7 +40,8 @@ a quarter:
 
 With ``--json`` the last line of stdout is one JSON object with every figure. Like ``train.py``,
 bench runs with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy
-(:mod:`acer_sync.base.openmp`; the JSON's ``omp_wait_policy``).
+(:mod:`acer_sync.base.openmp`; the JSON's ``omp_wait_policy``), and with glibc's malloc keeping
+freed memory unless the environment tunes it (:mod:`acer_sync.base.malloc`; ``malloc_keeps_freed``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from acer_sync.base.config import (
     compile_mode,
 )
 from acer_sync.base.errors import UserError, run_cli
+from acer_sync.base.malloc import keep_freed_memory
 from acer_sync.base.transfer import numpy_dtype
 from acer_sync.cli.args import OneLineParser
 from acer_sync.math.optim import RMSpropTF
@@ -420,6 +422,7 @@ def cudagraph_skips() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    keeps_freed = keep_freed_memory()
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
@@ -501,6 +504,9 @@ def main(argv: list[str] | None = None) -> int:
         "torch_threads": torch.get_num_threads(),
         # how torch's OpenMP threads wait between operators (unset: they spin a while first)
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        # whether glibc's malloc kept freed memory for the next allocation (False: the environment
+        # tunes it, or not glibc)
+        "malloc_keeps_freed": keeps_freed,
         "compile": trainer.agent.compile_mode,
         # False where a compile was asked for and failed: the update ran eagerly (its warning is on stderr).
         "update_compiled": trainer.agent.compiled,

@@ -4,6 +4,7 @@ import contextlib
 import csv
 import importlib
 import io
+import platform
 import random
 import re
 import signal
@@ -22,6 +23,16 @@ from acer_sync.replay.buffer import Batch, empty_segment
 ROOT = Path(__file__).resolve().parents[1]
 #: A test that needs a CUDA device: skipped here; tools/gpu_report.sh runs it on a GPU box (``-k cuda``).
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (tools/gpu_report.sh runs it on a GPU box)")
+
+
+def on_glibc() -> bool:
+    """Whether this Python runs on glibc (whose malloc acer_sync.base.malloc tunes)."""
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+
+
+def tunes_malloc(variable: str) -> bool:
+    """Whether an environment variable tunes glibc's malloc (then acer_sync leaves it as it is)."""
+    return variable == "GLIBC_TUNABLES" or variable.startswith("MALLOC_")
 
 
 def read_progress(run_dir: Path) -> list[dict]:

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from helpers import ROOT, one_line_error
+from helpers import ROOT, on_glibc, one_line_error, tunes_malloc
 
 KEYS = {
     "steps_per_sec", "steps_per_sec_timed", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",
@@ -18,7 +18,7 @@ KEYS = {
     "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "cudagraph_skips", "replay_device",
     "collect_thread_fraction", "env_steps_per_sec_in_loop", "collect_steps_per_sec", "acting_graphed",
     "learner_update_steps_per_sec", "learner_acting_fraction", "raw_update_steps_per_sec", "update_efficiency",
-    "bound_steps_per_sec", "bound_efficiency", "raw_compile",
+    "bound_steps_per_sec", "bound_efficiency", "raw_compile", "malloc_keeps_freed",
 }
 PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -32,12 +32,13 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
         [sys.executable, str(ROOT / "bench.py"), "--env", env, "--network", network, "--seconds", "1", "--num-envs", "4",
          "--json", "--device", "cpu", "--pipeline", pipeline],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY"},
+        env={name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY" and not tunes_malloc(name)},
     )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert KEYS <= set(figures) and figures["network"] == arch
     assert figures["omp_wait_policy"] == "PASSIVE"  # set before torch loaded, as train.py's is
+    assert figures["malloc_keeps_freed"] == on_glibc()  # as a training run's
     assert PHASES <= set(figures["phase_seconds"])
     assert figures["machine"]["cpu_count"] >= figures["machine"]["cpus_usable"] >= 1 and figures["machine"]["device_name"]
     assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0

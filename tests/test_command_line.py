@@ -9,11 +9,11 @@ import tomllib
 import pytest
 
 from acer_sync.__main__ import main as acer_sync_main
-from acer_sync.base import openmp
+from acer_sync.base import malloc, openmp
 from acer_sync.base.config import RESUMABLE_CHANGES, fields
 from acer_sync.cli.args import FLAG_GROUPS
 from acer_sync.cli.train import build_parser
-from helpers import ROOT, one_line_error, read_progress
+from helpers import ROOT, on_glibc, one_line_error, read_progress, tunes_malloc
 
 SMALL_CARTPOLE = ["--env", "CartPole-v1", "--total-timesteps", "1600", "--eval-every", "800", "--eval-episodes", "2",
                   "--no-progress"]
@@ -141,3 +141,56 @@ def test_the_entry_points_let_openmps_threads_sleep_unless_the_user_chose(monkey
     assert "torch" in sys.modules and not openmp.default_wait_policy() and "OMP_WAIT_POLICY" not in os.environ
     monkeypatch.delitem(sys.modules, "torch")  # as in an entry point before its imports (restored after)
     assert openmp.default_wait_policy() and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+#: A Python process that takes, fills and frees a 64 MB block 5 times (after 2 to warm up), with
+#: keep_freed_memory() called first or not, and prints the minor page faults of the 5.
+FAULTS_OF_BLOCKS = """
+import resource, sys
+import numpy as np
+from acer_sync.base.malloc import keep_freed_memory
+print(keep_freed_memory() if sys.argv[1] == "keep" else None)
+def cycle():
+    block = np.empty(8 << 20)
+    block.fill(1.0)
+    del block
+cycle(); cycle()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    cycle()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not on_glibc(), reason="glibc's malloc")
+def test_keeping_freed_memory_spares_a_large_blocks_page_faults_unless_the_environment_tunes_malloc():
+    environment = {name: value for name, value in os.environ.items() if not tunes_malloc(name)}
+
+    def faults(mode: str, **variables) -> tuple[str, int]:
+        result = subprocess.run([sys.executable, "-c", FAULTS_OF_BLOCKS, mode], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120, env={**environment, **variables})
+        assert result.returncode == 0, result.stderr
+        kept, count = result.stdout.split()
+        return kept, int(count)
+
+    # glibc maps a block this large afresh and unmaps it when freed: a page fault per page, at least
+    # 32 a block (2 MB pages, numpy's madvise; 16,384 of 4 KB), none once freed memory is kept
+    kept, plain = faults("plain")
+    assert kept == "None" and plain >= 5 * 32
+    kept, count = faults("keep")
+    assert kept == "True" and count < plain / 10
+    for variables in ({"MALLOC_ARENA_MAX": "2"}, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}):
+        kept, count = faults("keep", **variables)  # the user's own tuning: left as it is
+        assert kept == "False" and count >= 5 * 32, variables
+
+
+def test_a_training_run_keeps_freed_memory(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(malloc, "keep_freed_memory", lambda: calls.append("kept") or True)
+    import acer_sync
+    from acer_sync.api import runs
+
+    monkeypatch.setattr(runs, "keep_freed_memory", malloc.keep_freed_memory)
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, num_envs=2, total_timesteps=40,
+                    vec_env="sync", device="cpu", eval_every=0, hidden="8")
+    assert calls == ["kept"]

@@ -40,6 +40,7 @@ from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, given
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
+from acer_sync.base.malloc import keep_freed_memory
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import (
@@ -214,6 +215,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             _remove_empty(created)
             return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
         payload = None
+    keep_freed_memory()  # glibc's malloc: Pong's large blocks kept, not faulted in again each update
     try:
         if payload is None:
             refuse_a_run(run_dir)  # again, under the lock: another process may have started one since
