@@ -184,13 +184,34 @@ def test_keeping_freed_memory_spares_a_large_blocks_page_faults_unless_the_envir
         assert kept == "False" and count >= 5 * 32, variables
 
 
-def test_a_training_run_keeps_freed_memory(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(malloc, "keep_freed_memory", lambda: calls.append("kept") or True)
-    import acer_sync
-    from acer_sync.api import runs
+#: A Python process that frees a 256 MB block inside freed_memory_kept() and prints whether it
+#: kept freed memory, then the block's megabytes still resident inside and after.
+BLOCK_KEPT_THEN_GIVEN_BACK = """
+import os
+import numpy as np
+from acer_sync.base.malloc import freed_memory_kept
+def resident_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+before = resident_mb()
+with freed_memory_kept() as kept:
+    block = np.ones(32 << 20)
+    del block
+    inside = resident_mb() - before
+print(kept, round(inside), round(resident_mb() - before))
+"""
 
-    monkeypatch.setattr(runs, "keep_freed_memory", malloc.keep_freed_memory)
+
+@pytest.mark.skipif(not on_glibc() or any(map(tunes_malloc, os.environ)), reason="glibc's malloc, as this process has it")
+def test_a_run_keeps_freed_memory_while_it_trains_and_gives_it_back_at_its_end(tmp_path):
+    import acer_sync
+
+    keeping = []
     acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", progress_bar=False, num_envs=2, total_timesteps=40,
-                    vec_env="sync", device="cpu", eval_every=0, hidden="8")
-    assert calls == ["kept"]
+                    vec_env="sync", device="cpu", eval_every=0, log_interval=1, hidden="8",
+                    on_progress=lambda row: keeping.append(malloc._runs_keeping))
+    assert keeping and set(keeping) == {1} and malloc._runs_keeping == 0
+    result = subprocess.run([sys.executable, "-c", BLOCK_KEPT_THEN_GIVEN_BACK], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    kept, inside, after = result.stdout.split()
+    assert kept == "True" and int(inside) >= 250 and int(after) < 50  # freed, kept, then given back

@@ -40,7 +40,7 @@ from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, given
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
-from acer_sync.base.malloc import keep_freed_memory
+from acer_sync.base.malloc import freed_memory_kept
 from acer_sync.base.outcome import Outcome, Stop
 from acer_sync.base.run_lock import RunLock
 from acer_sync.nets.build import (
@@ -142,7 +142,9 @@ def run(
     it trains (a sweep trial wires its stop request to it)."""
     if not isinstance(verbose, int):
         raise UserError(f"verbose must be a whole number (0: warnings and errors only, 1: progress), got {verbose!r}")
-    with console(verbose):
+    # glibc's malloc keeps the large blocks an update frees, instead of faulting them in again each
+    # update; what lies free at the end goes back to the kernel
+    with console(verbose), freed_memory_kept():
         return _run(
             env, run_dir, resume, callbacks, verbose >= 1 and progress_bar, on_progress, on_checkpoint, command,
             commit, on_start, settings,
@@ -215,7 +217,6 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             _remove_empty(created)
             return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
         payload = None
-    keep_freed_memory()  # glibc's malloc: Pong's large blocks kept, not faulted in again each update
     try:
         if payload is None:
             refuse_a_run(run_dir)  # again, under the lock: another process may have started one since
