@@ -65,13 +65,14 @@ class Mutant(NamedTuple):
 MUTANTS = [
     Mutant("L1", LOSSES, "rho_bar = rho_taken.to(dtype).clamp(max=rho_clip)", "rho_bar = rho_taken.to(dtype)",
            "Retrace: rho not truncated"),
-    Mutant("L2", LOSSES, "gamma * not_done[t] * next_target", "gamma * next_target", "Retrace: no reset at a terminal"),
-    Mutant("L3", LOSSES, "(q_ret[t] - q_taken[t]) + values[t]", "(q_ret[t] - q_taken[t]) + values[t + 1]",
+    Mutant("L2", LOSSES, "discounts = (gamma * not_done).unbind(0)", "discounts = (gamma + 0 * not_done).unbind(0)",
+           "Retrace: no reset at a terminal"),
+    Mutant("L3", LOSSES, "(q_ret[t] - q_taken_rows[t]) + value_rows[t]", "(q_ret[t] - q_taken_rows[t]) + value_rows[t + 1]",
            "Retrace: the carry uses V(x_t+1)"),
-    Mutant("L4", LOSSES, "next_target = values[-1]", "next_target = values[-2]", "Retrace: bootstraps from V(x_T-1)"),
-    Mutant("L5", LOSSES, "q_ret[t] += gamma * timeout_values[t]", "q_ret[t] += timeout_values[t]",
+    Mutant("L4", LOSSES, "next_target = value_rows[-1]", "next_target = value_rows[-2]", "Retrace: bootstraps from V(x_T-1)"),
+    Mutant("L5", LOSSES, "timeout_terms = (gamma * timeout_values)", "timeout_terms = (timeout_values)",
            "a time limit's bootstrap without gamma"),
-    Mutant("L6", LOSSES, "q_ret[t] += gamma * timeout_values[t]", "q_ret[t] += gamma * not_done[t] * timeout_values[t]",
+    Mutant("L6", LOSSES, "timeout_terms = (gamma * timeout_values)", "timeout_terms = (gamma * not_done * timeout_values)",
            "a time limit's final value dropped (masked as a terminal)"),
     Mutant("L7", LOSSES, "rho_clip: float = 1.0,", "rho_clip: float = 10.0,", "Retrace truncates at 10"),
     Mutant("L8", LOSSES, ".gather(-1, index).squeeze(-1).clamp(max=c)", ".gather(-1, index).squeeze(-1).clamp(min=c)",
@@ -151,7 +152,7 @@ MUTANTS = [
            "np.concatenate([stacked[envs, :-1], final[envs, None]], axis=1)", "V(x_final)'s frame stack off by one"),
     Mutant("R4", RUNNER, "segment.timeout_values[t] = actor.final_values(self.env.final_frames, cut)", "pass",
            "V(x_final) never stored"),
-    Mutant("B1", BUFFER, "same_episode = ids == ids[:, -1:]", "same_episode = ids == ids[:, :1]",
+    Mutant("B1", BUFFER, "ids == ids[..., -1:]", "ids == ids[..., :1]",
            "replayed frame stacks masked from the oldest frame"),
 ]
 
