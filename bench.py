@@ -37,6 +37,10 @@ a quarter:
   ``collect()`` and ``learn()``, with replay active from the start over a prefilled buffer, for
   half of its quarter with the phase timer off; then ``steps_per_sec_timed`` and the time spent in
   each phase, with the timer on (on CUDA it synchronizes the device at every phase).
+  ``updates_per_iteration``: the updates the untimed half drew per iteration (1 + ``replay_ratio``
+  on average). A window of a few iterations (Pong on a CPU: about one a second) draws few, and
+  its steps/s moves with them: compare code on the CPU with runs of the same seed and steps
+  (``train.py``, whose draws are then the same), not with these windows.
 
 With ``--json`` the last line of stdout is one JSON object with every figure. Like ``train.py``,
 bench runs with ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy
@@ -356,14 +360,15 @@ class GpuBusy:
 
 def bench_end_to_end(
     trainer: Trainer, seconds: float,
-) -> tuple[float, float, dict[str, float], dict[str, float] | None, float | None]:
+) -> tuple[float, float, dict[str, float], dict[str, float] | None, float | None, float]:
     """The Trainer's own iteration (:meth:`~acer_sync.training.trainer.Trainer.iterate`: collect then
     learn, or both at once with ``--pipeline overlap``): half of ``seconds`` with the phase timer off
     (the headline figure: on CUDA the timer synchronizes the device at every phase), then half with
     it on, for the phases. Overlapped, the env, observe and acting phases run in the collecting
     thread, timed apart (its idle time is its ``other``), and the learner's wait for it is
     ``collect_wait``. Returns both steps/s, untimed and timed, the timed half's phases, the
-    collecting thread's (None when serial), and the GPU's busy fraction."""
+    collecting thread's (None when serial), the GPU's busy fraction, and the updates per iteration
+    of the untimed half."""
 
     def iteration():
         trainer.iterate()
@@ -373,24 +378,25 @@ def bench_end_to_end(
     collect_timer = trainer.runner.timer if trainer.runner.timer is not trainer.timer else None
     timers = [timer for timer in (trainer.timer, collect_timer) if timer is not None]
 
-    def window(timed: bool) -> tuple[float, float]:
+    def window(timed: bool) -> tuple[float, float, float]:
         for timer in timers:
             timer.reset()
             timer.enabled = timed
-        start_steps, start = trainer.timesteps, time.perf_counter()
+        start_steps, start_updates, start = trainer.timesteps, trainer.updates, time.perf_counter()
         while trainer.timesteps == start_steps or time.perf_counter() - start < seconds / 2:
             iteration()
         synchronize(trainer.device)
         elapsed = time.perf_counter() - start
         for timer in timers:
             timer.enabled = False
-        return (trainer.timesteps - start_steps) / elapsed, elapsed
+        iterations = (trainer.timesteps - start_steps) / trainer.steps_per_iteration
+        return (trainer.timesteps - start_steps) / elapsed, elapsed, (trainer.updates - start_updates) / iterations
 
     for _ in range(2):
         iteration()
     with GpuBusy(trainer.device) as busy:
-        untimed_sps, _ = window(timed=False)
-    timed_sps, elapsed = window(timed=True)
+        untimed_sps, _, updates_per_iteration = window(timed=False)
+    timed_sps, elapsed, _ = window(timed=True)
     phases = {phase: trainer.timer.seconds.get(phase, 0.0) for phase in PHASES}
     phases["other"] = elapsed - sum(v for k, v in phases.items() if k != "average_update")  # nested in updates
     phases["total"] = elapsed
@@ -399,7 +405,7 @@ def bench_end_to_end(
         collect = {phase: collect_timer.seconds.get(phase, 0.0) for phase in COLLECT_PHASES}
         collect["other"] = elapsed - sum(collect.values())  # idle between segments, or the segment's own bookkeeping
         collect["total"] = elapsed
-    return untimed_sps, timed_sps, phases, collect, busy.fraction
+    return untimed_sps, timed_sps, phases, collect, busy.fraction, updates_per_iteration
 
 
 def fractions(phases: dict[str, float]) -> dict[str, float]:
@@ -446,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
         learner_sps, learner_updates, update_sps = bench_learner(trainer, quarter, rng)
-        steps_sps, timed_sps, phases, collect_phases, gpu_busy = bench_end_to_end(trainer, quarter)
+        steps_sps, timed_sps, phases, collect_phases, gpu_busy, loop_updates = bench_end_to_end(trainer, quarter)
         trainer.close()
     # the learner's graphs alone: the raw passes' below are counted in the same process-wide counter
     skips = cudagraph_skips() if trainer.agent.compile_mode == "graph" else None
@@ -475,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         "replay_ratio": config.replay_ratio,
         "steps_per_sec": round(steps_sps, 1),
         "steps_per_sec_timed": round(timed_sps, 1),
+        # the updates per iteration that steps_per_sec's window drew (1 + Poisson(replay_ratio)
+        # each): a CPU window of a few Pong iterations may draw 4 or 6 on average, and read 20% off
+        "updates_per_iteration": round(loop_updates, 3),
         "gpu_busy_fraction": gpu_busy,
         "frames_per_sec": round(4 * steps_sps if info.atari else steps_sps, 1),
         "env_steps_per_sec": round(env_sps, 1),

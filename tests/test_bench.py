@@ -18,7 +18,7 @@ KEYS = {
     "gpu_busy_fraction", "pipeline", "compile", "update_compiled", "cudagraph_skips", "replay_device",
     "collect_thread_fraction", "env_steps_per_sec_in_loop", "collect_steps_per_sec", "acting_graphed",
     "learner_update_steps_per_sec", "learner_acting_fraction", "raw_update_steps_per_sec", "update_efficiency",
-    "bound_steps_per_sec", "bound_efficiency", "raw_compile", "malloc_keeps_freed",
+    "bound_steps_per_sec", "bound_efficiency", "raw_compile", "malloc_keeps_freed", "updates_per_iteration",
 }
 PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
@@ -42,6 +42,7 @@ def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
     assert PHASES <= set(figures["phase_seconds"])
     assert figures["machine"]["cpu_count"] >= figures["machine"]["cpus_usable"] >= 1 and figures["machine"]["device_name"]
     assert figures["steps_per_sec"] > 0 and figures["raw_learner_steps_per_sec"] > 0
+    assert figures["updates_per_iteration"] >= 1  # the on-policy update, and the off-policy ones drawn
     # the updates alone are a part of each learner iteration, timed inside it: never slower than the whole
     assert figures["learner_update_steps_per_sec"] >= figures["learner_steps_per_sec"]
     assert figures["raw_update_steps_per_sec"] >= figures["raw_learner_steps_per_sec"]
