@@ -30,11 +30,6 @@ def on_glibc() -> bool:
     return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
-def tunes_malloc(variable: str) -> bool:
-    """Whether an environment variable tunes glibc's malloc (then acer_sync leaves it as it is)."""
-    return variable == "GLIBC_TUNABLES" or variable.startswith("MALLOC_")
-
-
 def read_progress(run_dir: Path) -> list[dict]:
     with open(run_dir / "progress.csv", newline="") as handle:
         return list(csv.DictReader(handle))

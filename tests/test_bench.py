@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from helpers import ROOT, on_glibc, one_line_error, tunes_malloc
+from acer_sync.base.malloc import tunes_malloc
+from helpers import ROOT, on_glibc, one_line_error
 
 KEYS = {
     "steps_per_sec", "steps_per_sec_timed", "env_steps_per_sec", "learner_steps_per_sec", "raw_learner_steps_per_sec",

@@ -13,7 +13,7 @@ from acer_sync.base import malloc, openmp
 from acer_sync.base.config import RESUMABLE_CHANGES, fields
 from acer_sync.cli.args import FLAG_GROUPS
 from acer_sync.cli.train import build_parser
-from helpers import ROOT, on_glibc, one_line_error, read_progress, tunes_malloc
+from helpers import ROOT, on_glibc, one_line_error, read_progress
 
 SMALL_CARTPOLE = ["--env", "CartPole-v1", "--total-timesteps", "1600", "--eval-every", "800", "--eval-episodes", "2",
                   "--no-progress"]
@@ -164,7 +164,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 @pytest.mark.skipif(not on_glibc(), reason="glibc's malloc")
 def test_keeping_freed_memory_spares_a_large_blocks_page_faults_unless_the_environment_tunes_malloc():
-    environment = {name: value for name, value in os.environ.items() if not tunes_malloc(name)}
+    environment = {name: value for name, value in os.environ.items() if not malloc.tunes_malloc(name)}
 
     def faults(mode: str, **variables) -> tuple[str, int]:
         result = subprocess.run([sys.executable, "-c", FAULTS_OF_BLOCKS, mode], cwd=ROOT, capture_output=True,
@@ -201,7 +201,7 @@ print(kept, round(inside), round(resident_mb() - before))
 """
 
 
-@pytest.mark.skipif(not on_glibc() or any(map(tunes_malloc, os.environ)), reason="glibc's malloc, as this process has it")
+@pytest.mark.skipif(not on_glibc() or malloc.tuned_by_environment(), reason="glibc's malloc, as this process has it")
 def test_a_run_keeps_freed_memory_while_it_trains_and_gives_it_back_at_its_end(tmp_path):
     import acer_sync
 

@@ -38,9 +38,14 @@ DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024
 _runs_keeping = 0
 
 
+def tunes_malloc(variable: str) -> bool:
+    """Whether an environment variable tunes glibc's malloc (``GLIBC_TUNABLES``, ``MALLOC_*_``)."""
+    return variable == "GLIBC_TUNABLES" or variable.startswith("MALLOC_")
+
+
 def tuned_by_environment() -> bool:
     """Whether the environment tunes glibc's malloc itself (then it is left as it is)."""
-    return "GLIBC_TUNABLES" in os.environ or any(key.startswith("MALLOC_") for key in os.environ)
+    return any(map(tunes_malloc, os.environ))
 
 
 def keep_freed_memory() -> bool:
