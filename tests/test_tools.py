@@ -237,11 +237,13 @@ def test_life_loss_frames_bad_input_is_one_line(tmp_path, problem, message):
 def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_the_budget_leaves_out(tmp_path):
     # The report tools/gpu_report.sh runs first on a lent GPU, tried here as its dry run: the first
     # setting fits the budget (bench.py --device cpu; the budget counts from the script's start, its
-    # imports too), those with --compile (90 s to set up) do not and are recorded as skipped, and of
-    # the plain ones, at most one more fits, as the machine's speed has it.
+    # imports too), those with --compile (90 s to set up) do not and are recorded as skipped. How many
+    # plain ones (30 s to set up) fit after the first is the machine's speed: each setting's line says
+    # the second it started at, and each must have run exactly when its setup and 2 s fitted then.
+    budget, seconds = 44, 2
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
-                             "--seconds", "2", "--budget", "44", "--out", str(tmp_path), "--python", sys.executable],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+                             "--seconds", str(seconds), "--budget", str(budget), "--out", str(tmp_path),
+                             "--python", sys.executable], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (report,) = tmp_path.glob("cpu-*.jsonl")
     lines = [json.loads(line) for line in report.read_text().splitlines()]
@@ -250,8 +252,18 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     # The baseline, then the CUDA tests (whatever the timings take), then the other settings.
     assert lines[1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
     assert len(lines) == 12  # 11 settings and the tests
-    assert all("skipped" in line for line in lines[2:] if "--compile" in line["report"])
-    assert sum("skipped" not in line for line in lines[2:]) <= 1
+    settings = [lines[0], *lines[2:]]
+    started = [line["started_s"] for line in settings]
+    assert started == sorted(started) and started[0] >= 0
+    for line in settings:
+        if "graph" in line["report"]:
+            assert line["skipped"] == "--compile graph needs CUDA", line
+            continue
+        fits = line["started_s"] + seconds + (90 if "--compile" in line["report"] else 30) <= budget
+        assert ("skipped" not in line) == fits, line
+        assert fits or line["skipped"] == f"the time budget of {budget} s", line
+    assert "skipped" not in lines[0]
+    assert sum(line.get("skipped", "").startswith("the time budget") for line in settings) >= 2  # --compile update
     assert lines[4]["report"] == "OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph"
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
 
@@ -268,7 +280,8 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     assert result.returncode == 0, result.stderr
     (report,) = (tmp_path / "report").glob("cpu-*.jsonl")
     lines = [json.loads(line) for line in report.read_text().splitlines()]
-    assert lines[0] == {"report": "--num-envs 16", "failed": "cut at 2 s (exit 124)"}
+    assert lines[0] == {"report": "--num-envs 16", "started_s": lines[0]["started_s"], "failed": "cut at 2 s (exit 124)"}
+    assert 0 <= lines[0]["started_s"] <= 45
     assert lines[1]["report"] == "cuda tests" and len(lines) == 12
 
 

@@ -19,7 +19,7 @@
 # Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
 # then the other settings. Each bench line is bench.py's own JSON with "report": the setting's flags
-# added; the tests' line holds pytest's summary line, or says that there is no CUDA. bench.py's
+# and "started_s": the second of the report it started at (or was skipped or failed at) added; the tests' line holds pytest's summary line, or says that there is no CUDA. bench.py's
 # stderr and the tests' output go to OUT_DIR/<device>-<commit>.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -60,16 +60,17 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   local vars=()
   while [ $# -gt 0 ] && [ "${1#--}" = "$1" ] && [ "${1#*=}" != "$1" ]; do vars+=("$1"); shift; done
   local elapsed=$(( $(date +%s) - start )) setup=30 label="${vars[*]:+${vars[*]} }$*"
+  local head="\"report\": \"$label\", \"started_s\": $elapsed"
   # bench.py measures for SECONDS_PER after building its envs and buffer (allow 30 s for that) and,
   # with --compile, compiling the update (allow 60 s more: 40-80 s on the 2-core CPU)
   case "$*" in *--compile*) setup=90 ;; esac
   case "$DEVICE $*" in "cpu "*"--compile graph"*)  # bench.py refuses it off CUDA, as train.py does
-    echo "{\"report\": \"$label\", \"skipped\": \"--compile graph needs CUDA\"}" >> "$out"
+    echo "{$head, \"skipped\": \"--compile graph needs CUDA\"}" >> "$out"
     echo "  skipped (no CUDA): $label"
     return ;;
   esac
   if [ $(( elapsed + SECONDS_PER + setup )) -gt "$BUDGET" ]; then
-    echo "{\"report\": \"$label\", \"skipped\": \"the time budget of $BUDGET s\"}" >> "$out"
+    echo "{$head, \"skipped\": \"the time budget of $BUDGET s\"}" >> "$out"
     echo "  skipped (time): $label"
     return
   fi
@@ -82,16 +83,16 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
     --json "$@" 2>>"$log" | tail -1; exit "${PIPESTATUS[0]}")
   code=$?
   if [ "$code" = 124 ] || [ "$code" = 137 ]; then  # 137: killed 10 s after the TERM (or for memory)
-    echo "{\"report\": \"$label\", \"failed\": \"cut at $cut s (exit $code)\"}" >> "$out"
+    echo "{$head, \"failed\": \"cut at $cut s (exit $code)\"}" >> "$out"
     echo "  cut at $cut s: $label"
     return
   fi
   if [ "${line:0:1}" != "{" ]; then
-    echo "{\"report\": \"$label\", \"failed\": \"bench.py printed no JSON line\"}" >> "$out"
+    echo "{$head, \"failed\": \"bench.py printed no JSON line\"}" >> "$out"
     echo "  failed: $label"
     return
   fi
-  echo "{\"report\": \"$label\", ${line:1}" >> "$out"
+  echo "{$head, ${line:1}" >> "$out"
   echo "  done: $label ($(( $(date +%s) - start )) s)"
   case "$*" in *"--compile update"*|*"--compile graph"*)
     case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac
