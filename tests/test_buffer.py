@@ -1,5 +1,7 @@
 """The replay buffer: frames stored once, stacks rebuilt exactly as acting built them."""
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -293,6 +295,46 @@ def test_a_saved_buffer_loads_into_the_buffer_a_chunk_at_a_time(tmp_path, monkey
     assert frames > 5_000_000 and peak < frames / 4
     for name in ("frames", "actions", "mu", "rewards", "timeout_values"):
         assert np.array_equal(restored.arrays[name], buffer.arrays[name]), name
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 8 << 20])
+def test_write_arrays_writes_numpy_arrays_in_np_saves_bytes_a_chunk_at_a_time(tmp_path, monkeypatch, chunk):
+    # numpy's own writer copied a buffer's arrays twice on their way to the file; write_arrays
+    # writes each from its own memory. Each member holds np.save's bytes (its C-order bytes where
+    # the array was not C-contiguous), and an object array is refused as np.save refuses it.
+    import zipfile
+
+    import acer_sync.training.checkpoint as checkpoint_module
+    from acer_sync.training.checkpoint import write_arrays
+
+    monkeypatch.setattr(checkpoint_module, "WRITE_CHUNK_BYTES", chunk)
+    generator = np.random.default_rng(1)
+    frames = generator.integers(0, 256, size=(9, 3, 5, 7), dtype=np.uint8)
+    arrays = {
+        "frames": frames,
+        "mu": generator.random((6, 3, 4), dtype=np.float32),
+        "actions": generator.integers(-300, 300, size=(6, 3), dtype=np.int64),
+        "dones": generator.random((6, 3)) < 0.5,
+        "half": generator.random((5, 2)).astype(np.float16),
+        "empty": np.zeros((0, 3), dtype=np.float32),
+        "scalar": np.array(960, dtype=np.int64),
+        "key": np.array("0123456789abcdef"),
+        "strided": frames[::2, :, 1:4],
+        "fortran": np.asfortranarray(generator.random((4, 5))),
+    }
+    with open(tmp_path / "written.npz", "wb") as handle:
+        write_arrays(handle, arrays)
+    with zipfile.ZipFile(tmp_path / "written.npz") as archive:
+        assert archive.testzip() is None and archive.namelist() == [f"{name}.npy" for name in arrays]
+        for name, array in arrays.items():
+            expected = io.BytesIO()
+            np.save(expected, np.ascontiguousarray(array) if array.ndim else array)
+            assert archive.read(f"{name}.npy") == expected.getvalue(), name
+    with np.load(tmp_path / "written.npz", allow_pickle=False) as written:
+        for name, array in arrays.items():
+            assert written[name].dtype == array.dtype and np.array_equal(written[name], array), name
+    with open(tmp_path / "objects.npz", "wb") as handle, pytest.raises(ValueError, match="Object arrays cannot be saved"):
+        write_arrays(handle, {"objects": np.array([{}, None], dtype=object)})
 
 
 def test_write_arrays_writes_what_np_savez_writes_a_tensor_a_chunk_at_a_time(tmp_path, monkeypatch):
