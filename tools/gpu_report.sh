@@ -19,8 +19,9 @@
 # Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
 # then the other settings. Each bench line is bench.py's own JSON with "report": the setting's flags
-# and "started_s": the second of the report it started at (or was skipped or failed at) added; the tests' line holds pytest's summary line, or says that there is no CUDA. bench.py's
-# stderr and the tests' output go to OUT_DIR/<device>-<commit>.log.
+# and "started_s": the second of the report it started at (or was skipped or failed at) added; the
+# tests' line holds pytest's summary line, or says that there is no CUDA. bench.py's stderr and the
+# tests' output go to OUT_DIR/<device>-<commit>.log.
 set -u
 cd "$(dirname "$0")/.."
 start=$(date +%s)  # the budget counts the wheels' install and torch's first import too
