@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -285,18 +286,75 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     assert lines[1]["report"] == "cuda tests" and len(lines) == 12
 
 
+def gpu_tools_copy(tmp_path: Path, wheels: list[str] | None = None) -> Path:
+    """A copy of tools/ in a folder of its own, for the GPU scripts, which work in their checkout's
+    root: there it holds the ``.whl`` of ``wheels`` (empty files so named), or none, whatever this
+    checkout holds (tools/gpu_wheels.sh may have filled its .whl)."""
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    if wheels is not None:
+        (root / ".whl").mkdir()
+        for name in wheels:
+            (root / ".whl" / name).write_bytes(b"")
+    return root
+
+
+def python_without_gymnasium(tmp_path: Path) -> Path:
+    """A python whose ``import gymnasium`` fails, as on the lent GPU machine's image."""
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\n[[ "$*" == *"import gymnasium"* ]] && exit 1\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
 @pytest.mark.parametrize("script", ["gpu_report.sh", "gpu_pong.sh", "gpu_share.sh"])
 def test_the_gpu_scripts_say_in_one_line_that_gymnasium_is_missing_before_they_start(tmp_path, script):
     # Without .whl carried to a machine whose image lacks gymnasium, the report went on: every bench
     # line "printed no JSON line", and the tests failed at their imports, the device time spent.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/bash\n[[ "$*" == *"import gymnasium"* ]] && exit 1\nexec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    result = subprocess.run(["bash", str(ROOT / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
-                             "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    root = gpu_tools_copy(tmp_path)
+    result = subprocess.run(["bash", str(root / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
+                             "--python", str(python_without_gymnasium(tmp_path))], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 2 and result.stderr == (
         f"{script}: error: gymnasium or ale-py does not import here; run tools/gpu_wheels.sh on the CPU machine and carry .whl\n")
     assert not list((tmp_path / "out").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("script", ["gpu_report.sh", "gpu_pong.sh", "gpu_share.sh"])
+def test_wheels_for_another_python_are_one_line_naming_the_python_and_the_command_that_fetches_its_own(tmp_path, script):
+    # tools/gpu_wheels.sh fetches wheels for the device image's Python 3.12; an image with another
+    # Python cannot install them, and pip's reason came on a line of its own above the script's.
+    root = gpu_tools_copy(tmp_path, ["gymnasium-1.4.0-py3-none-any.whl", "ale_py-0.12.1-cp399-cp399-manylinux_2_28_x86_64.whl"])
+    result = subprocess.run(["bash", str(root / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
+                             "--python", str(python_without_gymnasium(tmp_path))], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert result.returncode == 2 and result.stderr == (
+        f"{script}: error: the wheels in .whl did not install on this Python {version} (ale_py-0.12.1-cp399-cp399-"
+        f"manylinux_2_28_x86_64.whl is not a supported wheel on this platform); run tools/gpu_wheels.sh {version} on the "
+        f"CPU machine and carry .whl\n")
+    assert not list((tmp_path / "out").glob("*.jsonl"))
+
+
+def test_gpu_wheels_takes_a_python_version_and_leaves_the_wheels_there_were_where_it_cannot_fetch(tmp_path):
+    # Refused before anything is touched: a version that is not one, and (with no package index to
+    # ask, as here, or no wheel for that Python) a download that fails, which keeps the .whl there was.
+    root = gpu_tools_copy(tmp_path, ["gymnasium-1.4.0-py3-none-any.whl"])
+    result = subprocess.run(["bash", str(root / "tools" / "gpu_wheels.sh"), "python3.12"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "gpu_wheels.sh: error: the device's Python version must be like 3.12, got python3.12\n"
+    pip = tmp_path / "pip_python"  # a python whose pip cannot reach an index
+    pip.write_text(f'#!/bin/bash\n[ "$1 $2" = "-m pip" ] && {{ echo "ERROR: No matching distribution found for ale-py==0.12.1" >&2; exit 1; }}\n'
+                   f'exec {sys.executable} "$@"\n')
+    pip.chmod(0o755)
+    result = subprocess.run(["bash", str(root / "tools" / "gpu_wheels.sh"), "3.13"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHON": str(pip)})
+    assert result.returncode == 2 and result.stderr == (
+        "gpu_wheels.sh: error: the wheels for Python 3.13 did not download (No matching distribution found for ale-py==0.12.1); "
+        ".whl is unchanged\n")
+    assert sorted(path.name for path in (root / ".whl").iterdir()) == ["gymnasium-1.4.0-py3-none-any.whl"]
+    assert not (root / ".whl.new").exists()
 
 
 @pytest.mark.parametrize("option, value", [("--cut", "2.5"), ("--seconds", "0"), ("--budget", "")])
