@@ -145,21 +145,40 @@ def test_a_layer_frozen_during_a_run_stays_where_it_was(sync_free):
     assert torch.equal(layer, frozen)
 
 
-def test_a_compiled_bf16_recurrent_update_sees_the_policy_that_acted_on_a_fresh_segment():
+#: torch 2.11 (the lent GPU machine's image) ignores emulate_precision_casts in its C++ code: a
+#: bf16 value stored by one fused node is read by the next without its round trip through bf16
+#: (pytorch#185337, which the pinned 2.13 honours). tools/torch_check.sh runs this test under 2.11,
+#: where the CPU case fails, as expected; the GPU's Triton code honours the setting in 2.11 too.
+CPU_CODEGEN_IGNORES_PRECISION_CASTS = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
+
+
+@pytest.mark.parametrize("device, mode", [
+    pytest.param("cpu", "update", marks=pytest.mark.xfail(
+        CPU_CODEGEN_IGNORES_PRECISION_CASTS, strict=True, reason="torch before 2.13 ignores emulate_precision_casts on the CPU")),
+    pytest.param("cuda", "update", marks=requires_cuda),
+    pytest.param("cuda", "graph", marks=requires_cuda),
+])
+def test_a_compiled_bf16_recurrent_update_sees_the_policy_that_acted_on_a_fresh_segment(device, mode):
     # Inductor kept a bf16 LSTM's fused intermediate values in float32, where eager acting
     # rounds each to bf16: the compiled update's π differed from the stored μ by up to 7e-4, so
-    # on-policy ρ was not 1 and the bias correction did not vanish.
+    # on-policy ρ was not 1 and the bias correction did not vanish. On CUDA (Triton's code, the
+    # GPU report runs it), also as a CUDA graph, where the setting is patched in at each call.
     from acer_sync.nets.build import build_model
     from acer_sync.nets.precision import NetworkPasses
 
     torch.manual_seed(0)
-    config = config_for(False, torso="user_torsos:SmallTorso", network="lstm", lstm_size=32, precision="bf16", compile="update")
+    config = config_for(False, torso="user_torsos:SmallTorso", network="lstm", lstm_size=32, precision="bf16", compile=mode,
+                        device=device)
     model = build_model(env_info("CartPole-v1"), config)
     with torch.no_grad():
         model.head.pi.weight.mul_(300)  # a sharp policy: small probabilities, where rounding shows in ρ
     batch = make_batch(False, model.initial_state(N), seed=0)
     batch = batch._replace(obs=batch.obs.reshape(T + 1, N, 4), actions=batch.actions % 2)
-    acting = NetworkPasses(model, "bf16", torch.device("cpu"))
+    model.to(device)
+    batch = batch._replace(**{name: getattr(batch, name).to(device) for name in
+                              ("obs", "firsts", "actions", "rewards", "dones", "timeout_values")},
+                           state=tuple(part.to(device) for part in batch.state))
+    acting = NetworkPasses(model, "bf16", torch.device(device))
     with torch.no_grad():  # μ as the Actor stores it: one step at a time, eager
         state, mu = batch.state, []
         for t in range(T):
