@@ -148,7 +148,8 @@ def test_a_layer_frozen_during_a_run_stays_where_it_was(sync_free):
 #: torch 2.11 (the lent GPU machine's image) ignores emulate_precision_casts in its C++ code: a
 #: bf16 value stored by one fused node is read by the next without its round trip through bf16
 #: (pytorch#185337, which the pinned 2.13 honours). tools/torch_check.sh runs this test under 2.11,
-#: where the CPU case fails, as expected; the GPU's Triton code honours the setting in 2.11 too.
+#: where the CPU case fails, as expected. 2.11's Triton code reads the setting: the CUDA cases
+#: check it on the GPU, under its torch.
 CPU_CODEGEN_IGNORES_PRECISION_CASTS = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
 
 
