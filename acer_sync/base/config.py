@@ -55,7 +55,8 @@ class Config:
     num_envs: int = _f(16, "number of parallel envs N")
     nsteps: int = _f(20, "steps per env per segment T (the Retrace horizon k)")
     vec_env: str = _f("", "vector backend: ale (Atari default), subproc (gymnasium AsyncVectorEnv; the default of continuous control and of non-Atari runs without a preset's choice) or sync (the classic-control preset's)", choices=("", "ale", "subproc", "sync"))
-    device: str = _f("auto", "where the networks run: auto (cuda if available), cpu or cuda", choices=("auto", "cpu", "cuda"))
+    device: str = _f("auto", "where the networks run: auto (cuda if available), cpu or cuda (one GPU of several: CUDA_VISIBLE_DEVICES)",
+                     choices=("auto", "cpu", "cuda"))
     lr: float = _f(7e-4, "initial learning rate")
     lr_schedule: str = _f("linear", "learning-rate schedule: linear (to 0 at total_timesteps) or constant", choices=("linear", "constant"))
     rms_alpha: float = _f(0.99, "RMSProp decay of the squared-gradient average")
