@@ -117,7 +117,8 @@ def parse_args(argv: list[str]):
                         help="torch.compile, as train.py --compile: off (default: bench measures the mode it is given), auto, network, update or graph (CUDA)")
     parser.add_argument("--network", choices=NETWORKS, default="auto", help="the torso, as train.py --network (default: auto)")
     parser.add_argument("--pipeline", choices=PIPELINES, default="serial",
-                        help="as train.py --pipeline: serial (default) or overlap (learn while the envs collect in a thread)")
+                        help="as train.py --pipeline: serial (default), overlap (learn while the envs collect in a thread) "
+                             "or auto (train.py's default: overlap for Atari on CUDA)")
     parser.add_argument("--replay-device", choices=REPLAY_DEVICES, default="auto",
                         help="as train.py --replay-device: auto (default; the GPU where the buffer fits), cpu or cuda")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
@@ -448,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     env_sps = bench_env(info, config, quarter / 2)
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = build_trainer(config, info, Path(run_dir), builtin=False)
+        pipeline = "overlap" if trainer.acting is not None else "serial"  # --pipeline auto's choice
         collect_sps = bench_collect(trainer, quarter / 2)
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))
@@ -471,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     nominal = (1 + round(config.replay_ratio)) / learner_updates
     update_seconds = nominal / update_sps
     learner_seconds = 1.0 / learner_sps - 1.0 / update_sps + update_seconds
-    bound = min(env_sps, update_sps if config.pipeline == "overlap" else learner_sps)
+    bound = min(env_sps, update_sps if pipeline == "overlap" else learner_sps)
     result = {
         "env": config.env,
         "device": str(trainer.device),
@@ -524,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         # --compile graph on CUDA: whether acting replayed its own CUDA graph (False: its step could
         # not be captured, and it acted eagerly; None: not asked for).
         "acting_graphed": trainer.runner.actor.graph.captured if trainer.runner.actor.graph is not None else None,
-        "pipeline": config.pipeline,
+        "pipeline": pipeline,
         "replay_device": trainer.buffer.device.type,
         "network": trainer.model.spec()["arch"],
         "precision": config.precision,

@@ -21,8 +21,8 @@ def _f(default, help: str, **metadata):
     return field(default=default, metadata={"help": help, **metadata})
 
 
-#: ``--pipeline``'s modes (:meth:`acer_sync.training.trainer.Trainer.iterate`).
-PIPELINES = ("serial", "overlap")
+#: ``--pipeline``'s modes (:meth:`acer_sync.training.trainer.Trainer.iterate`; ``auto``: :func:`pipeline_mode`).
+PIPELINES = ("auto", "serial", "overlap")
 #: ``--compile``'s modes (:class:`acer_sync.training.acer.ACER`; ``auto``: :func:`compile_mode`).
 COMPILE_MODES = ("auto", "off", "network", "update", "graph")
 #: ``--compile auto`` compiles the update for a run of at least this many steps: there the compile
@@ -84,9 +84,9 @@ class Config:
         "free memory; else in host memory), cpu, or cuda", choices=REPLAY_DEVICES,
     )
     pipeline: str = _f(
-        "serial", "serial: collect a segment, then learn from it; overlap: learn from segment k while the envs "
-        "collect k+1 in a thread, with the weights of the last finished update (μ is stored, so ACER's importance "
-        "weights correct the lag)", choices=PIPELINES,
+        "auto", "auto (overlap for Atari's envs on CUDA, where it was measured faster; else serial); serial: collect a "
+        "segment, then learn from it; overlap: learn from segment k while the envs collect k+1 in a thread, with the "
+        "weights of the last finished update (μ is stored, so ACER's importance weights correct the lag)", choices=PIPELINES,
     )
     precision: str = _f(
         "fp32", "what the networks' passes compute in: fp32, or bf16 (bfloat16 autocast for every net but the "
@@ -377,6 +377,19 @@ def validate(config: Config, resumed: bool = False) -> list[str]:
     except ValueError:
         problems.append(f"--hidden must be comma-separated integers, got {config.hidden!r}")
     return problems
+
+
+def pipeline_mode(config: Config, device_type: str, backend: str) -> str:
+    """The ``--pipeline`` mode a run on ``device_type`` with the vector env ``backend`` uses.
+    ``auto`` is ``overlap`` for Atari's envs (``ale``, whose steps run outside Python's lock) on
+    CUDA, where it was measured faster than serial (an H200: 3,365 against 2,375 steps/s at the
+    Pong defaults, both eager; docs/performance.md), and ``serial`` elsewhere: on a CPU, where the
+    learner and the envs share the cores (Pong 1.06x, CartPole 0.69x), and for the other backends,
+    not measured overlapped on a GPU (``sync`` envs step in the trainer's Python, which the two
+    threads would share). Every other mode is itself."""
+    if config.pipeline != "auto":
+        return config.pipeline
+    return "overlap" if device_type == "cuda" and backend == "ale" else "serial"
 
 
 def compile_mode(config: Config, device_type: str, net_in_bf16: bool | None = None) -> str:

@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from acer_sync.base.config import Config, compile_mode
+from acer_sync.base.config import Config, compile_mode, pipeline_mode
 from acer_sync.base.errors import UserError
 from acer_sync.base.log import log
 from acer_sync.base.timing import PhaseTimer
@@ -212,11 +212,14 @@ def build_trainer(
             log.info(f"resuming at step {counters['timesteps']}: {said}")
             for leftover in remove_leftovers(run_dir):
                 log.info(f"removed {leftover}, left by a write that was cut short")
-        env = VecEnv(
-            info, config.num_envs, choose_backend(info, config.vec_env), num_threads=config.threads, timeout=config.env_timeout,
-        )
+        backend = choose_backend(info, config.vec_env)
+        env = VecEnv(info, config.num_envs, backend, num_threads=config.threads, timeout=config.env_timeout)
         undo.callback(env.abort)  # a first reset that failed, hung or was cut short: no worker is left behind
-        acting = ActingCopy(model) if config.pipeline == "overlap" else None
+        pipelining = pipeline_mode(config, device.type, backend)
+        if config.pipeline == "auto" and pipelining == "overlap":
+            log.info("--pipeline auto: the learner trains while the envs collect in a thread (Atari on CUDA; "
+                     "--pipeline serial alternates them)")
+        acting = ActingCopy(model) if pipelining == "overlap" else None
         # Overlapped, the acting thread samples from a generator of its own (the learner keeps the global ones).
         generator = torch.Generator(device).manual_seed(config.seed + counters.get("iterations", 0)) if acting else None
         runner = Runner(  # overlapped, the collecting thread is not timed: the phase timer is the main thread's
