@@ -119,7 +119,8 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
   echo "  cuda tests: $summary ($(( $(date +%s) - start )) s)"
 }
 
-# Most telling first: the Pong defaults as they are, the CUDA tests, then overlapped with the update
+# Most telling first: bench.py's baseline (serial and eager, as in every report; train.py's defaults on
+# CUDA, --pipeline auto and --compile auto, are the overlapped --compile update rows), the CUDA tests, then overlapped with the update
 # as a CUDA graph (the fastest of the second report, at 16 and 64 envs), the same at 16 envs with
 # torch's OpenMP threads spinning as libgomp's default lets them (300,000 spins; bench.py, like
 # train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: at 64 envs on the H200 the env stepped 1.43x
