@@ -24,20 +24,21 @@ KEYS = {
 PHASES = {"env", "observe", "acting", "buffer_put", "buffer_get", "on_policy_update", "off_policy_updates", "average_update"}
 
 
-@pytest.mark.parametrize("env, network, arch, pipeline", [
-    ("PongNoFrameskip-v4", "auto", "cnn", "serial"), ("CartPole-v1", "lstm", "lstm", "overlap"),
+@pytest.mark.parametrize("env, network, arch, given, pipeline", [
+    # --pipeline auto, train.py's default: serial on a CPU, as the JSON says
+    ("PongNoFrameskip-v4", "auto", "cnn", "auto", "serial"), ("CartPole-v1", "lstm", "lstm", "overlap", "overlap"),
 ])
-def test_bench_prints_json_with_every_key(env, network, arch, pipeline):
+def test_bench_prints_json_with_every_key(env, network, arch, given, pipeline):
     result = subprocess.run(
         # 4 envs and a second of measuring: the keys, not the figures (Pong's CNN at 16 envs and 3 s took 26 s)
         [sys.executable, str(ROOT / "bench.py"), "--env", env, "--network", network, "--seconds", "1", "--num-envs", "4",
-         "--json", "--device", "cpu", "--pipeline", pipeline],
+         "--json", "--device", "cpu", "--pipeline", given],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY" and not tunes_malloc(name)},
     )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
-    assert KEYS <= set(figures) and figures["network"] == arch
+    assert KEYS <= set(figures) and figures["network"] == arch and figures["pipeline"] == pipeline
     assert figures["omp_wait_policy"] == "PASSIVE"  # set before torch loaded, as train.py's is
     assert figures["malloc_keeps_freed"] == on_glibc()  # as a training run's
     assert PHASES <= set(figures["phase_seconds"])

@@ -192,6 +192,21 @@ def test_a_format_2_checkpoint_gets_the_composed_networks_names_and_order_and_re
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 520
 
 
+def test_a_run_from_before_the_auto_defaults_resumes_with_the_modes_it_ran_with(tmp_path):
+    # A format 2 run predates --pipeline (it ran serial) and --compile auto (compile: false, the
+    # update eager): its resume keeps them, as a change of neither (auto would overlap it on CUDA).
+    import json
+
+    run_dir = tmp_path / "cartpole_mlp"
+    shutil.copytree(FORMAT2 / "cartpole_mlp", run_dir)
+    assert "pipeline" not in torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)["config"]
+    acer_sync.train(resume=run_dir, total_timesteps=520, progress_bar=False, verbose=0)
+    record = json.loads((run_dir / "config.json").read_text())
+    assert (record["config"]["pipeline"], record["config"]["compile"]) == ("serial", "off")
+    assert record["resumes"][-1]["changed"] == {"total_timesteps": [480, 520]}
+    assert load_checkpoint(run_dir)["config"]["pipeline"] == "serial"
+
+
 def test_a_checkpoint_saved_with_numpy_values_in_a_callbacks_state_loads_and_object_arrays_stay_refused(tmp_path, current):
     # Before callbacks' states were made plain, an np.mean in one was saved as numpy's scalar, and
     # weights_only refused every checkpoint of the run. numpy's numbers are data: they load.

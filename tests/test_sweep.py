@@ -617,6 +617,33 @@ def test_a_sweep_recorded_before_a_setting_existed_continues_and_a_changed_one_n
         check_same_sweep(changed, pendulum_dir)
 
 
+def test_a_sweep_from_before_the_auto_defaults_continues_with_the_modes_its_trials_ran_with(tmp_path):
+    # Its record holds compile "off" and pipeline "serial" (their defaults then), or no pipeline at
+    # all (before the setting): the same file now gives "auto" to both, and was refused as "a
+    # different file (its trials differ: compile, pipeline)". Its trials keep what they ran with.
+    from acer_sync.sweeps.launch import RECORD_FILE, check_same_sweep
+
+    sweep = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000}\ntrial: {cpus: 1}\n"))
+    assert {(trial.config.compile, trial.config.pipeline) for trial in sweep.trials} == {("auto", "auto")}
+    sweep_dir = tmp_path / "runs" / sweep.name
+    assert check_same_sweep(sweep, sweep_dir) == sweep  # a new sweep: recorded as it is
+    record = json.loads((sweep_dir / RECORD_FILE).read_text())
+    for index, config in enumerate(record["trials"].values()):
+        config["compile"] = "off"
+        if index == 0:
+            config["pipeline"] = "serial"
+        else:
+            del config["pipeline"]
+    (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
+    continued = check_same_sweep(sweep, sweep_dir)
+    assert {(trial.config.compile, trial.config.pipeline) for trial in continued.trials} == {("off", "serial")}
+    assert [trial.name for trial in continued.trials] == [trial.name for trial in sweep.trials]
+    # A file that now names another mode is another file.
+    overlapped = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000, pipeline: overlap}\ntrial: {cpus: 1}\n"))
+    with pytest.raises(UserError, match=r"its trials differ: pipeline"):
+        check_same_sweep(overlapped, sweep_dir)
+
+
 def test_a_cluster_gets_the_clone_or_an_installed_acer_syncs_two_packages(tmp_path, monkeypatch):
     from acer_sync.sweeps import launch
 

@@ -320,6 +320,15 @@ def test_the_gpu_scripts_say_in_one_line_that_gymnasium_is_missing_before_they_s
     assert not list((tmp_path / "out").glob("*.jsonl"))
 
 
+def test_an_empty_whl_is_one_line(tmp_path):
+    root = gpu_tools_copy(tmp_path, [])
+    result = subprocess.run(["bash", str(root / "tools" / "gpu_report.sh"), "--device", "cpu", "--out", str(tmp_path / "out"),
+                             "--python", str(python_without_gymnasium(tmp_path))], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == "gpu_report.sh: error: .whl holds no wheels; run tools/gpu_wheels.sh on the CPU machine and carry .whl\n"
+
+
 @pytest.mark.parametrize("script", ["gpu_report.sh", "gpu_pong.sh", "gpu_share.sh"])
 def test_wheels_for_another_python_are_one_line_naming_the_python_and_the_command_that_fetches_its_own(tmp_path, script):
     # tools/gpu_wheels.sh fetches wheels for the device image's Python 3.12; an image with another
@@ -355,6 +364,14 @@ def test_gpu_wheels_takes_a_python_version_and_leaves_the_wheels_there_were_wher
         ".whl is unchanged\n")
     assert sorted(path.name for path in (root / ".whl").iterdir()) == ["gymnasium-1.4.0-py3-none-any.whl"]
     assert not (root / ".whl.new").exists()
+    bare = tmp_path / "bare_python"  # a python without the packages whose versions it pins
+    bare.write_text(f'#!/bin/bash\n[ "$1" = "-c" ] && exit 1\nexec {sys.executable} "$@"\n')
+    bare.chmod(0o755)
+    result = subprocess.run(["bash", str(root / "tools" / "gpu_wheels.sh")], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHON": str(bare)})
+    assert result.returncode == 2
+    assert result.stderr == f"gpu_wheels.sh: error: {bare} has no gymnasium to take its version from (PYTHON names another python)\n"
+    assert sorted(path.name for path in (root / ".whl").iterdir()) == ["gymnasium-1.4.0-py3-none-any.whl"]
 
 
 @pytest.mark.parametrize("option, value", [("--cut", "2.5"), ("--seconds", "0"), ("--budget", "")])

@@ -16,7 +16,7 @@
 # No setting and no test runs past the budget and GRACE (30 s) more: with a setting's 10 s from its
 # TERM to its KILL, the report ends within --budget + 40 s of its start (a device call's command
 # runs at most 600 s: the default budget leaves 40 s to spare).
-# Order: the Pong defaults as they are (the baseline), then the CUDA-only tests (at most
+# Order: bench.py's defaults at Pong (serial and eager: the baseline of every report), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
 # then the other settings. Each bench line is bench.py's own JSON with "report": the setting's flags
 # and "started_s": the second of the report it started at (or was skipped or failed at) added; the

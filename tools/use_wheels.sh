@@ -2,6 +2,10 @@
 # has torch but not gymnasium or ale-py; tools/gpu_wheels.sh puts their wheels in .whl here, a device
 # call carries it, and they are installed beside the image's packages (exit 2 if they do not install).
 if ! "$PY" -c "import gymnasium, ale_py" 2>/dev/null; then
+  if [ -d .whl ] && ! compgen -G '.whl/*.whl' > /dev/null; then
+    echo "$(basename "$0"): error: .whl holds no wheels; run tools/gpu_wheels.sh on the CPU machine and carry .whl" >&2
+    exit 2
+  fi
   if [ -d .whl ]; then
     # One line where they do not install (wheels for another Python than the image's): pip's reason,
     # and the command that fetches the right ones, before the device time goes on anything else.

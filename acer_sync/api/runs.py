@@ -36,7 +36,15 @@ from acer_sync.api.env_callables import (
     register_callable,
 )
 from acer_sync.api.run_metadata import CONFIG_FILE, read_config, record_resume, write_config
-from acer_sync.base.config import RESUMABLE_CHANGES, Config, build_config, given_twice, setting_name, validate
+from acer_sync.base.config import (
+    RESUMABLE_CHANGES,
+    Config,
+    build_config,
+    given_twice,
+    setting_defaults,
+    setting_name,
+    validate,
+)
 from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
@@ -257,8 +265,8 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 log.warning(f"{error}; the run goes on without it")
         else:
             try:
-                record_resume(run_dir, Config(**payload["config"]), config, command, payload["counters"]["timesteps"],
-                              commit=commit)
+                saved = Config(**{**setting_defaults(), **payload["config"]})
+                record_resume(run_dir, saved, config, command, payload["counters"]["timesteps"], commit=commit)
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without this session in it")
         if on_start is not None:
@@ -405,7 +413,7 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     UserError for settings that conflict with the run, or a checkpoint that does not fit."""
     payload = load_run_checkpoint(run_dir)
     try:
-        saved = Config(**payload["config"])
+        saved = Config(**{**setting_defaults(), **payload["config"]})  # a run from before --pipeline was serial
     except (KeyError, TypeError):
         raise UserError(f"the checkpoint in {run_dir} carries no valid config") from None
     overrides = dict(settings) if env is None else {**settings, "env": env_id_of(env)}

@@ -237,10 +237,17 @@ def field_default(f: dataclasses.Field):
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
+#: The settings whose default became ``auto``, at the default they had before: what a run or a
+#: sweep recorded then ran with, and what one recorded before the setting existed ran as (the
+#: update eager; collection and learning in turn). A run keeps its recorded value on a resume.
+FORMER_DEFAULTS = {"compile": "off", "pipeline": "serial"}
+
+
 def setting_defaults() -> dict:
-    """Every setting at its default: what a setting that a saved config lacks was, since a run (or a
-    sweep) recorded before the setting existed behaved as its default does."""
-    return {f.name: field_default(f) for f in fields()}
+    """Every setting at what a saved config that lacks it ran with: a run (or a sweep) recorded
+    before the setting existed behaved as its default does, or, for a default that became ``auto``
+    since, as its former default (:data:`FORMER_DEFAULTS`)."""
+    return {**{f.name: field_default(f) for f in fields()}, **FORMER_DEFAULTS}
 
 
 #: Other names a setting goes by (in train.py's flags, config files, sweeps and the API).

@@ -35,7 +35,7 @@ from ray.tune import CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from acer_sync.api.run_metadata import git_commit
-from acer_sync.base.config import build_config, setting_defaults
+from acer_sync.base.config import FORMER_DEFAULTS, build_config, setting_defaults
 from acer_sync.base.config_file import load_env_settings
 from acer_sync.base.errors import UserError, delivered_again
 from acer_sync.sweeps.spec import RECORD_FILE, Sweep, sweep_record
@@ -270,10 +270,13 @@ def check_storage_on_every_node(runs_dir: Path, sweep_dir: Path) -> None:
         probe.unlink(missing_ok=True)
 
 
-def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
-    """Refuse to continue ``sweep_dir`` with a sweep file that expands to other trials or resources."""
+def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> Sweep:
+    """Refuse to continue ``sweep_dir`` with a sweep file that expands to other trials or resources.
+    The sweep to run: ``sweep``, with the trials of one recorded before a default became ``auto``
+    keeping the former default they ran with where the file now gives ``auto`` (:data:`FORMER_DEFAULTS`)."""
     record_path = sweep_dir / RECORD_FILE
     record = json.loads(json.dumps(sweep_record(sweep), default=str))
+    kept: dict[str, dict] = {}
     if record_path.is_file():
         try:
             saved = json.loads(record_path.read_text())
@@ -291,6 +294,12 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
                                         for name, config in trials.items()}
         else:
             trials = {}
+        for name, config in record["trials"].items():
+            former = {key: value for key, value in FORMER_DEFAULTS.items()
+                      if config.get(key) == "auto" and isinstance(trials.get(name), dict) and trials[name].get(key) == value}
+            if former:
+                kept[name] = former
+                config.update(former)
         if saved != record:
             changed = sorted(key for key in record if saved.get(key) != record[key])
             settings = sorted({key for name, config in record["trials"].items() if isinstance(trials.get(name), dict)
@@ -307,12 +316,16 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> None:
             atomic_write(record_path, lambda handle: handle.write(text.encode()))  # never half a record (a full disk)
         except OSError as error:
             raise UserError(f"cannot write the sweep's directory {sweep_dir}: {error.strerror or error}") from None
+    trials = tuple(dataclasses.replace(trial, config=dataclasses.replace(trial.config, **kept[trial.name]))
+                   if trial.name in kept else trial for trial in sweep.trials)
+    return dataclasses.replace(sweep, trials=trials)
 
 
 def completed_record(config: dict) -> dict:
     """A trial's recorded settings with those it lacks (added to Config since it was recorded) at the
-    values its preset and env file give along with the others; at their defaults where the record
-    cannot be built (an env not on this machine)."""
+    values its preset and env file give along with the others (at a former default where the
+    default became ``auto`` since, as the trial ran); at their defaults where the record cannot be
+    built (an env not on this machine)."""
     defaults = json.loads(json.dumps(setting_defaults(), default=str))
     try:
         env = str(config["env"])
@@ -321,7 +334,7 @@ def completed_record(config: dict) -> dict:
                              env_settings=load_env_settings(env)[1])
     except (KeyError, TypeError, ValueError, UserError):
         return {**defaults, **config}
-    return {**json.loads(json.dumps(dataclasses.asdict(built), default=str)), **config}
+    return {**json.loads(json.dumps(dataclasses.asdict(built), default=str)), **FORMER_DEFAULTS, **config}
 
 
 def trial_name(trial) -> str:
@@ -479,7 +492,7 @@ def run_sweep(
     sweep_dir = (runs_dir / sweep.name).resolve()
     if address is None:
         check_a_trial_fits(sweep)  # before the sweep's directory records it
-    check_same_sweep(sweep, sweep_dir)
+    sweep = check_same_sweep(sweep, sweep_dir)
     quiet_ray()
     start_ray(address, runs_dir)
     # Ray's core installs a handler that answers SIGTERM (a cluster's scheduler ending the job, a
