@@ -109,9 +109,11 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
     summary="not run: the time budget of $BUDGET s"
   elif [ "$DEVICE" = cuda ]; then
     echo "== the CUDA tests" >> "$log"
-    summary=$(timeout -k 10 "$cut" "$PY" -m pytest -q -rfE -p no:cacheprovider tests/test_precision.py \
+    summary=$(timeout -k 10 "$cut" "$PY" -m pytest -v -rfE -p no:cacheprovider tests/test_precision.py \
       tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py tests/test_acting_path.py -k cuda 2>&1 | tee -a "$log" | tail -1)
-    [ -n "$summary" ] || summary="no summary line (cut at $cut s)"
+    # -v: each test's line goes to the log as it ends, so a run cut short still shows which passed
+    [[ $summary =~ (passed|failed|error|skipped|deselected|no\ tests\ ran).*\ in\ [0-9.]+s ]] \
+      || summary="no summary line (cut at $cut s; its last line: ${summary:-none})"
   else
     summary="no CUDA: the CUDA-only tests were not run"
   fi
