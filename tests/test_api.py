@@ -45,6 +45,9 @@ def test_train_returns_the_run_directory_that_train_py_writes_and_plot_draws(run
     assert config["config"]["env"] == "CartPole-v1" and config["config"]["total_timesteps"] == 200
     assert config["config"]["num_envs"] == 2 and config["config"]["lr"] == PRESETS["classic"]["lr"]  # the env's preset
     assert config["command"][0].startswith("acer_sync.train('CartPole-v1', ")
+    # what auto became on this machine: the settings say auto, ran says what ran
+    assert (config["config"]["compile"], config["config"]["pipeline"]) == ("auto", "auto")
+    assert config["ran"] == {"device": "cpu", "compile": "off", "pipeline": "serial", "replay_device": "cpu"}
     assert int(read_progress(run_dir)[-1]["total_timesteps"]) == 200
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 200
     assert plot.main([str(run_dir), "--out", str(tmp_path / "curve.png")]) in (0, None)

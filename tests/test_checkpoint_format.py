@@ -205,6 +205,8 @@ def test_a_run_from_before_the_auto_defaults_resumes_with_the_modes_it_ran_with(
     assert (record["config"]["pipeline"], record["config"]["compile"]) == ("serial", "off")
     assert record["resumes"][-1]["changed"] == {"total_timesteps": [480, 520]}
     assert load_checkpoint(run_dir)["config"]["pipeline"] == "serial"
+    ran = {"device": "cpu", "compile": "off", "pipeline": "serial", "replay_device": "cpu"}
+    assert record["ran"] == record["resumes"][-1]["ran"] == ran  # what the session's settings resolved to
 
 
 def test_a_checkpoint_saved_with_numpy_values_in_a_callbacks_state_loads_and_object_arrays_stay_refused(tmp_path, current):

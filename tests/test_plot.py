@@ -181,6 +181,20 @@ def test_a_setting_missing_from_an_older_config_counts_as_its_default(tmp_path):
     assert [plot.distinguishing_text(group, groups) for group in groups] == ["reward_scale=1", "reward_scale=0.1"]
 
 
+def test_pipeline_auto_counts_as_the_mode_the_run_ran(tmp_path):
+    # --pipeline auto is serial on a CPU and overlaps Atari on CUDA: config.json's ran says which.
+    # A run from before the setting ran serial.
+    runs = [write_run(tmp_path / "before", seed=0), write_run(tmp_path / "serial", seed=1, pipeline="serial"),
+            write_run(tmp_path / "auto_cpu", seed=2, pipeline="auto"), write_run(tmp_path / "auto_cuda", seed=3, pipeline="auto")]
+    for run_dir, mode in ((runs[2], "serial"), (runs[3], "overlap")):
+        payload = json.loads((run_dir / "config.json").read_text())
+        payload["ran"] = {"device": "cpu", "compile": "off", "pipeline": mode, "replay_device": "cpu"}
+        (run_dir / "config.json").write_text(json.dumps(payload))
+    groups = plot.group_runs([plot.load_run(path) for path in runs])
+    assert sorted(sorted(run.path.name for run in group.runs) for group in groups) == [["auto_cpu", "before", "serial"], ["auto_cuda"]]
+    assert sorted(plot.distinguishing_text(group, groups) for group in groups) == ["pipeline=overlap", "pipeline=serial"]
+
+
 def test_a_lone_group_is_labelled_by_its_env(tmp_path):
     groups = plot.group_runs([plot.load_run(write_run(tmp_path / "run"))])
     assert plot.distinguishing_text(groups[0], groups) == ""

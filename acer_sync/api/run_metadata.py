@@ -42,11 +42,13 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | None = None) -> None:
+def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | None = None, ran: dict | None = None) -> None:
     """``config.json``: every setting, the package versions, the git commit and the command line.
 
     :param commit: the git commit of the code, where it was found elsewhere (a sweep's trial runs
         a copy of the code without ``.git``, so sweep.py gives it its own); by default, this code's.
+    :param ran: what the settings resolved to (:meth:`acer_sync.training.trainer.Trainer.how_it_runs`),
+        recorded as ``ran``.
     :raises WriteFailed: where it cannot be written (written atomically: no half file is left).
     """
     payload = {
@@ -54,16 +56,18 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
         "versions": package_versions(),
         "git_commit": git_commit() if commit is None else commit,
         "command": argv,
+        **({"ran": ran} if ran is not None else {}),
     }
     text = json.dumps(payload, indent=2, default=str)
     atomic_write_text(run_dir / CONFIG_FILE, text)
 
 
-def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str], step: int, commit: str | None = None) -> None:
-    """A resumed session in ``config.json``: its settings become the session's ``config``, and
-    ``resumes`` gains the session's step, command, git commit, package versions and the settings it
-    changed from the checkpoint's ``saved`` ones (``{name: [before, after]}``); the first session's
-    record stays as it is. A file that cannot be read as a run's record is left alone (a warning).
+def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str], step: int, commit: str | None = None,
+                  ran: dict | None = None) -> None:
+    """A resumed session in ``config.json``: its settings become the session's ``config`` (and what
+    they resolved to, ``ran``), and ``resumes`` gains the session's step, command, git commit,
+    package versions, the settings it changed from the checkpoint's ``saved`` ones (``{name:
+    [before, after]}``) and its ``ran``; the first session's record stays as it is. A file that cannot be read as a run's record is left alone (a warning).
 
     :raises WriteFailed: where it cannot be written (written atomically: the old file stays whole).
     """
@@ -83,8 +87,8 @@ def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str],
     changed = {name: [before[name], value] for name, value in now.items() if before[name] != value}
     resumes = payload.get("resumes") if isinstance(payload.get("resumes"), list) else []
     session = {"step": step, "command": argv, "git_commit": git_commit() if commit is None else commit,
-               "versions": package_versions(), "changed": changed}
-    payload = {**payload, "config": now, "resumes": [*resumes, session]}
+               "versions": package_versions(), "changed": changed, **({"ran": ran} if ran is not None else {})}
+    payload = {**payload, "config": now, **({"ran": ran} if ran is not None else {}), "resumes": [*resumes, session]}
     atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 

@@ -250,7 +250,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
     try:
         if payload is None:
             try:
-                write_config(run_dir, config, command, commit=commit)
+                write_config(run_dir, config, command, commit=commit, ran=trainer.how_it_runs())
             except WriteFailed as error:
                 trainer.close()
                 _remove_empty([run_dir / "checkpoints"])  # the run never started: its directory holds no run
@@ -259,14 +259,15 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
         elif not (run_dir / CONFIG_FILE).exists():  # removed by hand: the run's record of its settings
             try:
-                write_config(run_dir, config, command, commit=commit)
+                write_config(run_dir, config, command, commit=commit, ran=trainer.how_it_runs())
                 log.info(f"{CONFIG_FILE} was missing: written again from the checkpoint's settings")
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without it")
         else:
             try:
                 saved = Config(**{**setting_defaults(), **payload["config"]})
-                record_resume(run_dir, saved, config, command, payload["counters"]["timesteps"], commit=commit)
+                record_resume(run_dir, saved, config, command, payload["counters"]["timesteps"], commit=commit,
+                              ran=trainer.how_it_runs())
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without this session in it")
         if on_start is not None:

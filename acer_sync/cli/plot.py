@@ -121,7 +121,8 @@ def read_progress(csv_path: Path) -> dict[str, np.ndarray]:
 
 
 def read_config(config_path: Path) -> dict:
-    """The ``config`` object of ``config.json``, which must name the env."""
+    """The ``config`` object of ``config.json``, which must name the env; ``--pipeline auto`` as
+    the mode the run's latest session ran (``ran``), which changes what it learns."""
     try:
         payload = json.loads(config_path.read_text())
     except FileNotFoundError:
@@ -131,6 +132,9 @@ def read_config(config_path: Path) -> dict:
     config = payload.get("config") if isinstance(payload, dict) else None
     if not isinstance(config, dict) or not isinstance(config.get("env"), str):
         raise UserError(f"{config_path} has no config with an env id")
+    ran = payload.get("ran")
+    if config.get("pipeline") == "auto" and isinstance(ran, dict) and ran.get("pipeline") in ("serial", "overlap"):
+        config = {**config, "pipeline": ran["pipeline"]}
     return config
 
 

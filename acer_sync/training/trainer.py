@@ -392,6 +392,13 @@ class Trainer:
         """Wall-clock seconds of this run, earlier sessions included."""
         return self.time_before + time.perf_counter() - self.started
 
+    def how_it_runs(self) -> dict:
+        """What this session's settings resolved to, as ``config.json`` records it (``ran``): the
+        device, ``--compile``'s and ``--pipeline``'s modes (``auto`` decides by the device and the
+        run) and where the replay buffer lives."""
+        return {"device": str(self.device), "compile": self.agent.compile_mode,
+                "pipeline": "serial" if self.acting is None else "overlap", "replay_device": self.buffer.device.type}
+
     def close(self) -> None:
         self.env.close()
         if self.on_close is not None:
