@@ -629,10 +629,10 @@ def test_a_sweep_from_before_the_auto_defaults_continues_with_the_modes_its_tria
     assert check_same_sweep(sweep, sweep_dir) == sweep  # a new sweep: recorded as it is
     record = json.loads((sweep_dir / RECORD_FILE).read_text())
     for index, config in enumerate(record["trials"].values()):
-        config["compile"] = "off"
-        if index == 0:
-            config["pipeline"] = "serial"
+        if index == 0:  # compile as the first sweeps recorded it, a bool
+            config["compile"], config["pipeline"] = False, "serial"
         else:
+            config["compile"] = "off"
             del config["pipeline"]
     (sweep_dir / RECORD_FILE).write_text(json.dumps(record))
     continued = check_same_sweep(sweep, sweep_dir)
@@ -642,6 +642,13 @@ def test_a_sweep_from_before_the_auto_defaults_continues_with_the_modes_its_tria
     overlapped = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000, pipeline: overlap}\ntrial: {cpus: 1}\n"))
     with pytest.raises(UserError, match=r"its trials differ: pipeline"):
         check_same_sweep(overlapped, sweep_dir)
+    # Tune's own saved trials (a continued sweep restores them) of a sweep from before --pipeline
+    from acer_sync.sweeps.trial import start_run
+
+    saved = dataclasses.asdict(sweep.trials[0].config)
+    del saved["pipeline"]
+    config, _ = start_run({"config": saved, "run_dir": str(tmp_path / "trial")}, [])
+    assert config.pipeline == "serial"
 
 
 def test_a_cluster_gets_the_clone_or_an_installed_acer_syncs_two_packages(tmp_path, monkeypatch):

@@ -117,6 +117,7 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
   else
     summary="no CUDA: the CUDA-only tests were not run"
   fi
+  summary=${summary//\\/\\\\}  # a cut run's last line may hold a backslash: the JSON line stays valid
   echo "{\"report\": \"cuda tests\", \"summary\": \"${summary//\"/\'}\"}" >> "$out"
   echo "  cuda tests: $summary ($(( $(date +%s) - start )) s)"
 }
