@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     env_sps = bench_env(info, config, quarter / 2)
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = build_trainer(config, info, Path(run_dir), builtin=False)
-        pipeline = "overlap" if trainer.acting is not None else "serial"  # --pipeline auto's choice
+        pipeline = trainer.how_it_runs()["pipeline"]  # --pipeline auto's choice
         collect_sps = bench_collect(trainer, quarter / 2)
         for _ in range(trainer.buffer.nsegments):
             trainer.buffer.put(synthetic_segment(rng, info, trainer.fields, config.num_envs, config.nsteps))

@@ -42,7 +42,7 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | None = None, ran: dict | None = None) -> None:
+def write_config(run_dir: Path, config: Config, argv: list[str], ran: dict, commit: str | None = None) -> None:
     """``config.json``: every setting, the package versions, the git commit and the command line.
 
     :param commit: the git commit of the code, where it was found elsewhere (a sweep's trial runs
@@ -56,18 +56,19 @@ def write_config(run_dir: Path, config: Config, argv: list[str], commit: str | N
         "versions": package_versions(),
         "git_commit": git_commit() if commit is None else commit,
         "command": argv,
-        **({"ran": ran} if ran is not None else {}),
+        "ran": ran,
     }
     text = json.dumps(payload, indent=2, default=str)
     atomic_write_text(run_dir / CONFIG_FILE, text)
 
 
-def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str], step: int, commit: str | None = None,
-                  ran: dict | None = None) -> None:
+def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str], step: int, ran: dict,
+                  commit: str | None = None) -> None:
     """A resumed session in ``config.json``: its settings become the session's ``config`` (and what
     they resolved to, ``ran``), and ``resumes`` gains the session's step, command, git commit,
     package versions, the settings it changed from the checkpoint's ``saved`` ones (``{name:
-    [before, after]}``) and its ``ran``; the first session's record stays as it is. A file that cannot be read as a run's record is left alone (a warning).
+    [before, after]}``) and its ``ran``; the first session's record stays as it is. A file that
+    cannot be read as a run's record is left alone (a warning).
 
     :raises WriteFailed: where it cannot be written (written atomically: the old file stays whole).
     """
@@ -87,8 +88,8 @@ def record_resume(run_dir: Path, saved: Config, config: Config, argv: list[str],
     changed = {name: [before[name], value] for name, value in now.items() if before[name] != value}
     resumes = payload.get("resumes") if isinstance(payload.get("resumes"), list) else []
     session = {"step": step, "command": argv, "git_commit": git_commit() if commit is None else commit,
-               "versions": package_versions(), "changed": changed, **({"ran": ran} if ran is not None else {})}
-    payload = {**payload, "config": now, **({"ran": ran} if ran is not None else {}), "resumes": [*resumes, session]}
+               "versions": package_versions(), "changed": changed, "ran": ran}
+    payload = {**payload, "config": now, "ran": ran, "resumes": [*resumes, session]}
     atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 

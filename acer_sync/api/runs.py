@@ -41,7 +41,7 @@ from acer_sync.base.config import (
     Config,
     build_config,
     given_twice,
-    setting_defaults,
+    saved_config,
     setting_name,
     validate,
 )
@@ -247,10 +247,11 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         step = payload["counters"]["timesteps"]
         return Outcome(env_stop(error), run_dir, step, f"{error}; checkpoints/latest.pt still holds step {step}")
     log.info(f"run directory: {run_dir}")  # once it holds a run: a start that fails removes what it made
+    ran = trainer.how_it_runs()
     try:
         if payload is None:
             try:
-                write_config(run_dir, config, command, commit=commit, ran=trainer.how_it_runs())
+                write_config(run_dir, config, command, ran, commit=commit)
             except WriteFailed as error:
                 trainer.close()
                 _remove_empty([run_dir / "checkpoints"])  # the run never started: its directory holds no run
@@ -259,15 +260,14 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
                 return Outcome(Stop.WRITE_FAILED, run_dir, 0, f"{error}; the run did not start")
         elif not (run_dir / CONFIG_FILE).exists():  # removed by hand: the run's record of its settings
             try:
-                write_config(run_dir, config, command, commit=commit, ran=trainer.how_it_runs())
+                write_config(run_dir, config, command, ran, commit=commit)
                 log.info(f"{CONFIG_FILE} was missing: written again from the checkpoint's settings")
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without it")
         else:
             try:
-                saved = Config(**{**setting_defaults(), **payload["config"]})
-                record_resume(run_dir, saved, config, command, payload["counters"]["timesteps"], commit=commit,
-                              ran=trainer.how_it_runs())
+                record_resume(run_dir, saved_config(payload["config"]), config, command, payload["counters"]["timesteps"], ran,
+                              commit=commit)
             except WriteFailed as error:
                 log.warning(f"{error}; the run goes on without this session in it")
         if on_start is not None:
@@ -414,7 +414,7 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     UserError for settings that conflict with the run, or a checkpoint that does not fit."""
     payload = load_run_checkpoint(run_dir)
     try:
-        saved = Config(**{**setting_defaults(), **payload["config"]})  # a run from before --pipeline was serial
+        saved = saved_config(payload["config"])  # a run from before --pipeline ran serial
     except (KeyError, TypeError):
         raise UserError(f"the checkpoint in {run_dir} carries no valid config") from None
     overrides = dict(settings) if env is None else {**settings, "env": env_id_of(env)}

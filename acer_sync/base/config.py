@@ -156,10 +156,14 @@ class Config:
     wandb_entity: str = _f("", "the W&B entity (user or team) of --track (default: your W&B default)", metavar="NAME")
 
     def __post_init__(self):
-        for name, meanings in LEGACY_VALUES.items():  # a run or a file written before the setting changed type
-            value = getattr(self, name)
-            if isinstance(value, bool) and value in meanings:
-                setattr(self, name, meanings[value])
+        for name in LEGACY_VALUES:  # a run or a file written before the setting changed type
+            setattr(self, name, current_value(name, getattr(self, name)))
+
+
+def current_value(name: str, value):
+    """``value`` of setting ``name`` as it is named now: a value of the setting's earlier type
+    (:data:`LEGACY_VALUES`, ``compile: false``) as its mode; any other as it is."""
+    return LEGACY_VALUES[name][value] if isinstance(value, bool) and value in LEGACY_VALUES.get(name, {}) else value
 
 
 #: Presets by kind of env. A flag the user gives overrides its preset value.
@@ -248,6 +252,12 @@ def setting_defaults() -> dict:
     before the setting existed behaved as its default does, or, for a default that became ``auto``
     since, as its former default (:data:`FORMER_DEFAULTS`)."""
     return {**{f.name: field_default(f) for f in fields()}, **FORMER_DEFAULTS}
+
+
+def saved_config(settings: dict) -> Config:
+    """The Config of a run's saved ``settings`` (a checkpoint's, a sweep trial's), a setting they
+    lack at what the run ran with (:func:`setting_defaults`)."""
+    return Config(**{**setting_defaults(), **settings})
 
 
 #: Other names a setting goes by (in train.py's flags, config files, sweeps and the API).

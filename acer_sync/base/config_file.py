@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from acer_sync.base.config import LEGACY_VALUES, fields, given_twice, setting_name
+from acer_sync.base.config import current_value, fields, given_twice, setting_name
 from acer_sync.base.errors import UserError
 
 #: The per-env settings files, one per env id, as rl-zoo keeps its tuned hyperparameters; package
@@ -90,8 +90,7 @@ def check_setting(name: str, value, source: str):
     if name not in types:
         raise UserError(f"{source}: unknown setting {name!r}; settings are train.py's config names, such as replay_ratio")
     kind = types[name]
-    if isinstance(value, bool) and value in LEGACY_VALUES.get(name, {}):
-        value = LEGACY_VALUES[name][value]
+    value = current_value(name, value)
     # bool is a subclass of int in Python, but `total_timesteps: true` is a mistake.
     if isinstance(value, bool) != (kind == "bool") or not isinstance(value, ACCEPTED_TYPES[kind]):
         raise UserError(f"{source}: {name} must be {TYPE_NAMES[kind]}, got {value!r}")

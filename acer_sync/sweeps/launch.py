@@ -35,7 +35,7 @@ from ray.tune import CLIReporter, FailureConfig, RunConfig, TuneConfig, Tuner
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from acer_sync.api.run_metadata import git_commit
-from acer_sync.base.config import FORMER_DEFAULTS, LEGACY_VALUES, build_config, setting_defaults
+from acer_sync.base.config import FORMER_DEFAULTS, build_config, current_value, setting_defaults
 from acer_sync.base.config_file import load_env_settings
 from acer_sync.base.errors import UserError, delivered_again
 from acer_sync.sweeps.spec import RECORD_FILE, Sweep, sweep_record
@@ -327,8 +327,7 @@ def completed_record(config: dict) -> dict:
     default became ``auto`` since, as the trial ran); at their defaults where the record cannot be
     built (an env not on this machine)."""
     defaults = json.loads(json.dumps(setting_defaults(), default=str))
-    config = {name: LEGACY_VALUES[name].get(value, value) if name in LEGACY_VALUES and isinstance(value, bool) else value
-              for name, value in config.items()}  # compile: false, as a sweep recorded it before the modes
+    config = {name: current_value(name, value) for name, value in config.items()}  # compile: false, as first recorded
     try:
         env = str(config["env"])
         info = env_info(env, config.get("env_kwargs") or {})

@@ -39,7 +39,7 @@ from ray import tune
 
 from acer_sync.api import runs as api
 from acer_sync.api.run_metadata import CONFIG_FILE
-from acer_sync.base.config import RESUMABLE_CHANGES, Config, setting_defaults
+from acer_sync.base.config import RESUMABLE_CHANGES, Config, saved_config
 from acer_sync.base.errors import EXIT_CODES, UserError
 from acer_sync.base.outcome import Stop
 from acer_sync.base.run_lock import RunLock
@@ -194,7 +194,7 @@ def start_run(trial: dict, gpu_ids: list) -> tuple[Config, Path]:
     that died before its first checkpoint left is removed, so that the trial starts again from step
     0 (and :func:`run_trial`'s ``api.run`` writes its ``config.json`` with sweep.py's git commit)."""
     # Tune's saved trial of a sweep from before --pipeline lacks it: it ran serial (FORMER_DEFAULTS)
-    config = on_reserved_devices(Config(**{**setting_defaults(), **trial["config"]}), gpu_ids)
+    config = on_reserved_devices(saved_config(trial["config"]), gpu_ids)
     run_dir = Path(trial["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     if not has_checkpoint(run_dir):
