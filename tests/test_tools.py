@@ -299,32 +299,33 @@ def gpu_tools_copy(tmp_path: Path, wheels: list[str] | None = None) -> Path:
     return root
 
 
-def python_without_gymnasium(tmp_path: Path) -> Path:
-    """A python whose ``import gymnasium`` fails, as on the lent GPU machine's image."""
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/bash\n[[ "$*" == *"import gymnasium"* ]] && exit 1\nexec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    return python
+def fake_python(path: Path, first_line: str) -> Path:
+    """A python that runs the bash line ``first_line`` before it hands its arguments to this one."""
+    path.write_text(f'#!/bin/bash\n{first_line}\nexec {sys.executable} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def run_gpu_script_without_gymnasium(tmp_path: Path, root: Path, script: str) -> subprocess.CompletedProcess:
+    """``tools/<script>`` of the copy ``root``, its output in tmp_path/out, with a python whose
+    ``import gymnasium`` fails, as on the lent GPU machine's image."""
+    python = fake_python(tmp_path / "python", '[[ "$*" == *"import gymnasium"* ]] && exit 1')
+    return subprocess.run(["bash", str(root / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
+                           "--python", str(python)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("script", ["gpu_report.sh", "gpu_pong.sh", "gpu_share.sh"])
 def test_the_gpu_scripts_say_in_one_line_that_gymnasium_is_missing_before_they_start(tmp_path, script):
     # Without .whl carried to a machine whose image lacks gymnasium, the report went on: every bench
     # line "printed no JSON line", and the tests failed at their imports, the device time spent.
-    root = gpu_tools_copy(tmp_path)
-    result = subprocess.run(["bash", str(root / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
-                             "--python", str(python_without_gymnasium(tmp_path))], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60)
+    result = run_gpu_script_without_gymnasium(tmp_path, gpu_tools_copy(tmp_path), script)
     assert result.returncode == 2 and result.stderr == (
         f"{script}: error: gymnasium or ale-py does not import here; run tools/gpu_wheels.sh on the CPU machine and carry .whl\n")
     assert not list((tmp_path / "out").glob("*.jsonl"))
 
 
 def test_an_empty_whl_is_one_line(tmp_path):
-    root = gpu_tools_copy(tmp_path, [])
-    result = subprocess.run(["bash", str(root / "tools" / "gpu_report.sh"), "--device", "cpu", "--out", str(tmp_path / "out"),
-                             "--python", str(python_without_gymnasium(tmp_path))], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60)
+    result = run_gpu_script_without_gymnasium(tmp_path, gpu_tools_copy(tmp_path, []), "gpu_report.sh")
     assert result.returncode == 2
     assert result.stderr == "gpu_report.sh: error: .whl holds no wheels; run tools/gpu_wheels.sh on the CPU machine and carry .whl\n"
 
@@ -334,9 +335,7 @@ def test_wheels_for_another_python_are_one_line_naming_the_python_and_the_comman
     # tools/gpu_wheels.sh fetches wheels for the device image's Python 3.12; an image with another
     # Python cannot install them, and pip's reason came on a line of its own above the script's.
     root = gpu_tools_copy(tmp_path, ["gymnasium-1.4.0-py3-none-any.whl", "ale_py-0.12.1-cp399-cp399-manylinux_2_28_x86_64.whl"])
-    result = subprocess.run(["bash", str(root / "tools" / script), "--device", "cpu", "--out", str(tmp_path / "out"),
-                             "--python", str(python_without_gymnasium(tmp_path))], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60)
+    result = run_gpu_script_without_gymnasium(tmp_path, root, script)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert result.returncode == 2 and result.stderr == (
         f"{script}: error: the wheels in .whl did not install on this Python {version} (ale_py-0.12.1-cp399-cp399-"
@@ -353,10 +352,8 @@ def test_gpu_wheels_takes_a_python_version_and_leaves_the_wheels_there_were_wher
                             timeout=60)
     assert result.returncode == 2
     assert result.stderr == "gpu_wheels.sh: error: the device's Python version must be like 3.12, got python3.12\n"
-    pip = tmp_path / "pip_python"  # a python whose pip cannot reach an index
-    pip.write_text(f'#!/bin/bash\n[ "$1 $2" = "-m pip" ] && {{ echo "ERROR: No matching distribution found for ale-py==0.12.1" >&2; exit 1; }}\n'
-                   f'exec {sys.executable} "$@"\n')
-    pip.chmod(0o755)
+    pip = fake_python(tmp_path / "pip_python",  # a python whose pip cannot reach an index
+                      '[ "$1 $2" = "-m pip" ] && { echo "ERROR: No matching distribution found for ale-py==0.12.1" >&2; exit 1; }')
     result = subprocess.run(["bash", str(root / "tools" / "gpu_wheels.sh"), "3.13"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=60, env={**os.environ, "PYTHON": str(pip)})
     assert result.returncode == 2 and result.stderr == (
@@ -364,9 +361,7 @@ def test_gpu_wheels_takes_a_python_version_and_leaves_the_wheels_there_were_wher
         ".whl is unchanged\n")
     assert sorted(path.name for path in (root / ".whl").iterdir()) == ["gymnasium-1.4.0-py3-none-any.whl"]
     assert not (root / ".whl.new").exists()
-    bare = tmp_path / "bare_python"  # a python without the packages whose versions it pins
-    bare.write_text(f'#!/bin/bash\n[ "$1" = "-c" ] && exit 1\nexec {sys.executable} "$@"\n')
-    bare.chmod(0o755)
+    bare = fake_python(tmp_path / "bare_python", '[ "$1" = "-c" ] && exit 1')  # without the packages whose versions it pins
     result = subprocess.run(["bash", str(root / "tools" / "gpu_wheels.sh")], cwd=tmp_path, capture_output=True, text=True,
                             timeout=60, env={**os.environ, "PYTHON": str(bare)})
     assert result.returncode == 2
