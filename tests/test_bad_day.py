@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import acer_sync
+import acer_sync.api.runs
 from acer_sync.base.config import build_config
 from acer_sync.base.errors import EXIT_CODES, WriteFailed, exit_code
 from acer_sync.base.outcome import Stop
@@ -1163,6 +1164,60 @@ def test_a_keyboard_interrupt_that_no_signal_sent_is_interrupted_130_naming_the_
     assert result.returncode == 130, result.stderr
     assert result.stderr.splitlines() == [
         "train.py: interrupted", f"acer_sync: the run in {run_dir} stopped at step {step}; checkpoints/latest.pt holds step {step}"]
+
+
+def fail_in_the_step(monkeypatch, owner, name: str, error: str, at: int) -> None:
+    """Replaces ``owner.name`` (``RMSpropTF.step``, ``PolyakAverage.update``): its ``at``-th call
+    does its work, then raises ``error`` (a name in ``user_torsos.FAILURES``), as an allocation
+    that fails half way through the writes would."""
+    import user_torsos
+
+    real, calls = getattr(owner, name), []
+
+    def failing(*args, **kwargs):
+        real(*args, **kwargs)
+        calls.append(None)
+        if len(calls) == at:
+            raise user_torsos.FAILURES[error]()
+
+    monkeypatch.setattr(owner, name, failing)
+
+
+@pytest.mark.parametrize("where, pipeline", [("optimizer", "serial"), ("average", "serial"), ("optimizer", "overlap")])
+def test_a_memory_error_while_an_update_changes_the_weights_keeps_the_last_checkpoint(tmp_path, monkeypatch, where, pipeline):
+    # The final save wrote the weights as the failure left them: θ stepped and θa not, or v and
+    # half of θ (an OOM in the optimizer's step), under "saved a checkpoint at step ...".
+    from acer_sync.math.optim import RMSpropTF
+    from acer_sync.nets.networks import PolyakAverage
+
+    fail_in_the_step(monkeypatch, *((RMSpropTF, "step") if where == "optimizer" else (PolyakAverage, "update")), "oom", at=40)
+    run_dir = tmp_path / "run"
+    outcome = acer_sync.api.runs.run("CartPole-v1", run_dir=run_dir, total_timesteps=4000, checkpoint_every=200, pipeline=pipeline,
+                                     progress_bar=False, verbose=0, **SMALL)
+    kept = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert outcome.stop is Stop.OUT_OF_MEMORY and 0 < kept < outcome.timesteps and outcome.checkpoint_step == kept
+    assert outcome.error == (f"out of memory at step {outcome.timesteps} (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                             "total capacity of 79.11 GiB of which 1.20 GiB is free) while an update changed the weights, which "
+                             f"were not saved; checkpoints/latest.pt holds step {kept}")
+    monkeypatch.undo()
+    resumed = acer_sync.api.runs.run(resume=run_dir, total_timesteps=kept + 80, progress_bar=False, verbose=0)
+    assert resumed.finished and resumed.timesteps == kept + 80
+
+
+def test_an_exception_while_an_update_changes_the_weights_names_the_checkpoint_kept(tmp_path, monkeypatch):
+    from acer_sync.math.optim import RMSpropTF
+
+    fail_in_the_step(monkeypatch, RMSpropTF, "step", "runtime", at=40)
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="^torso bug") as raised:
+        acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=4000, checkpoint_every=200, progress_bar=False, verbose=0,
+                        **SMALL)
+    kept = load_checkpoint(run_dir)["counters"]["timesteps"]
+    note = raised.value.__notes__[0]
+    step = int(re.search(r"stopped at step (\d+)", note).group(1))
+    assert 0 < kept < step
+    assert note == (f"acer_sync: the run in {run_dir} stopped at step {step} while an update changed the weights, which were not "
+                    f"saved; checkpoints/latest.pt holds step {kept}")
 
 
 def test_the_out_of_memory_errors_of_cuda_and_its_libraries_are_named_as_they_are():

@@ -65,6 +65,7 @@ def test_the_whole_update_is_one_graph_on_and_off_policy(case):
             if on_policy and not gaussian:
                 assert stats["rho_mean"].item() == pytest.approx(1.0, abs=1e-5)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # one graph for both, no recompile
+    assert not agent.weights_torn  # traced, the eager update's marks are nothing
 
 
 def test_compile_update_trains_and_agrees_with_eager():
@@ -85,6 +86,35 @@ def test_compile_update_trains_and_agrees_with_eager():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert not torch.equal(next(model.parameters()), next(copy.deepcopy(make_model()).parameters()))
     assert compiled.nonfinite_updates == 0
+    assert not compiled.weights_torn and not eager.weights_torn
+
+
+def test_an_update_that_raises_while_it_changes_the_weights_is_marked_torn(monkeypatch):
+    # The Trainer then keeps the last checkpoint: eager, from the optimizer's step to the counters;
+    # compiled, the whole call (Inductor orders the writes). A forward pass that raises is not torn.
+    make_model, gaussian = CASES["categorical-mlp"]
+    batch = make_batch(gaussian, (), seed=0)
+    eager = ACER(make_model(), config_for(gaussian))
+    eager.update(batch, 1e-2)
+    assert not eager.weights_torn
+
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(eager.polyak, "update", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        eager.update(batch, 1e-2)
+    assert eager.weights_torn
+    forward = ACER(make_model(), config_for(gaussian))
+    monkeypatch.setattr(forward.net, "unroll", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        forward.update(batch, 1e-2)
+    assert not forward.weights_torn
+    compiled = ACER(make_model(), config_for(gaussian, compile="update"))
+    monkeypatch.setattr(compiled, "_update", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        compiled.update(batch, 1e-2)
+    assert compiled.weights_torn
 
 
 def test_a_compiled_gaussian_update_with_a_frozen_layer_draws_as_eager_and_leaves_the_layer_alone():
@@ -377,5 +407,5 @@ def test_a_compile_that_fails_falls_back_to_the_eager_update_with_one_warning(mo
     warnings = [record.getMessage() for record in caplog.records if "torch.compile failed" in record.getMessage()]
     assert warnings == ["warning: --compile update: torch.compile failed (TorchDynamoException: backend failed to compile); "
                         "the update runs eagerly"]
-    assert not agent.compiled
+    assert not agent.compiled and not agent.weights_torn
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))

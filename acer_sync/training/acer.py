@@ -154,6 +154,11 @@ class ACER:
         self._nonfinite_total = torch.zeros((), dtype=torch.int64, device=device)
         self._nonfinite_streak = torch.zeros((), dtype=torch.int64, device=device)  # non-finite updates in a row
         self._streak_read = LaggedRead(self._nonfinite_streak)
+        #: True from the moment an update starts changing the weights until it has changed them all
+        #: (θ, RMSProp's v, the average θa, the counters): an exception then (a memory error) leaves
+        #: them partly stepped, and the Trainer does not save them. A compiled update counts from its
+        #: call to its return, since Inductor orders its writes as it likes.
+        self.weights_torn = False
         self._policy_terms = self._gaussian_terms if self.distribution.kind == "gaussian" else self._categorical_terms
         self.compiled = compiled
         self._update = self._update_eager
@@ -216,6 +221,12 @@ class ACER:
         streak = self._streak_read.latest()
         self._streak_read.request()
         return int(streak)
+
+    def _mark_weights_torn(self, torn: bool) -> None:
+        """:attr:`weights_torn` in the eager update, around its writes; traced by torch.compile, nothing
+        (:meth:`update` marks a compiled update's whole call)."""
+        if not torch.compiler.is_compiling():
+            self.weights_torn = torn
 
     def _categorical_terms(self, batch: Batch, features: torch.Tensor) -> PolicyTerms:
         """Eq. (10) with the Q head: Q^ret with ρ̄ = min(1, ρ), the correction summed over actions.
@@ -318,10 +329,14 @@ class ACER:
         if not self.compiled:
             return self._update_eager(batch, lr)
         try:
-            return self._update(batch, lr)
+            self.weights_torn = True
+            stats = self._update(batch, lr)
+            self.weights_torn = False
+            return stats
         except Exception as error:
             if not is_compile_error(error):
                 raise
+            self.weights_torn = False  # torch.compile failed before the update ran
             # torch.compile fails before the update runs (a graph it cannot capture, a user's torso,
             # or a code-generation bug such as Inductor's for bf16 on some CPUs): run it eagerly.
             first_line = next(iter(str(error).strip().splitlines()), "")[:160]
@@ -364,6 +379,7 @@ class ACER:
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(trainable, cfg.max_grad_norm)
         finite = torch.isfinite(grad_norm) & torch.isfinite(loss)
+        self._mark_weights_torn(True)
         if self.sync_free:
             self.optimizer.step_masked(finite, self.lr)
             self._keep_in_bounds()
@@ -377,6 +393,7 @@ class ACER:
                 self.polyak.update(cfg.alpha)
         self._nonfinite_total.add_(~finite)
         self._nonfinite_streak.copy_(torch.where(finite, 0, self._nonfinite_streak + 1))
+        self._mark_weights_torn(False)
 
         with torch.no_grad():
             k_dot_g = (k * g).sum(-1)

@@ -312,8 +312,8 @@ class CheckpointCallback(Callback):
             self.next_checkpoint += self.config.checkpoint_every
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        if outcome.stop in (Stop.NONFINITE, Stop.WRITE_FAILED):
-            return
+        if outcome.stop in (Stop.NONFINITE, Stop.WRITE_FAILED) or trainer.agent.weights_torn:
+            return  # the last good checkpoint stays; a broken update's weights are partly stepped
         if outcome.stop is Stop.INTERRUPTED:
             log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
         try:

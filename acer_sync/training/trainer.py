@@ -303,15 +303,20 @@ class Trainer:
             if stop.interrupted_twice:  # train() exits at once
                 raise
             memory = out_of_memory(error)
+            # Raised while an update changed the weights, it left them partly stepped: the
+            # checkpoint callback keeps the last one written instead of saving them.
+            torn = " while an update changed the weights, which were not saved" if self.agent.weights_torn else ""
             if memory is not None:
-                return self._end_despite(self._outcome(Stop.OUT_OF_MEMORY, f"out of memory at step {self.timesteps} ({memory})"),
-                                         say_saved=True)
+                said = f"out of memory at step {self.timesteps} ({memory}){torn}"
+                if torn:
+                    return self._end_despite(self._outcome(Stop.OUT_OF_MEMORY, f"{said}; {self._checkpoint_kept()}"))
+                return self._end_despite(self._outcome(Stop.OUT_OF_MEMORY, said), say_saved=True)
             # A bug (a torso of yours, or acer_sync's), or a KeyboardInterrupt that no signal sent:
             # the run ends as after a failed callback, with a checkpoint of where it stood, the
             # envs closed and the process's settings given back, and the exception goes on.
-            log.info(f"{type(error).__name__} raised at step {self.timesteps}: saving a checkpoint")
+            log.info(f"{type(error).__name__} raised at step {self.timesteps}{torn or ': saving a checkpoint'}")
             self._end_despite(self._outcome(Stop.CRASHED, f"{type(error).__name__}: {error}"))
-            error.add_note(f"acer_sync: the run in {self.run_dir} stopped at step {self.timesteps}; {self._checkpoint_kept()}")
+            error.add_note(f"acer_sync: the run in {self.run_dir} stopped at step {self.timesteps}{torn}; {self._checkpoint_kept()}")
             self.crashed = error
             raise
         if nonfinite is not None:
