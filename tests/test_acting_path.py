@@ -4,6 +4,7 @@ the CPU against the numpy path it replaces, which it must equal exactly."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -341,6 +342,24 @@ def test_cuda_a_step_that_reads_the_device_back_acts_eagerly_with_one_warning(ca
     assert not graph.captured and "acting runs eagerly" in caplog.text
     torch.testing.assert_close(packed[:, 1:], torch.softmax(obs, -1))
     assert torch.cuda.get_sync_debug_mode() == 0  # put back
+
+
+@requires_cuda
+def test_cuda_a_recording_of_actings_graph_that_fails_is_one_line_and_the_run_did_not_start(tmp_path):
+    # The failure path of acting's capture (ActingGraph._record): the step's own error named, not
+    # the one that ending the broken capture raises, one line, exit 2, the fresh run's directory
+    # removed; and the process, whose capture state it broke, exits without hanging.
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--env", "CartPole-v1", "--device", "cuda", "--compile", "graph",
+         "--torso", "user_torsos:SyncsWhileCapturing", "--num-envs", "2", "--vec-env", "sync", "--total-timesteps", "400",
+         "--eval-every", "0", "--no-progress", "--run-dir", str(run_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("train.py: error: --compile graph: capturing acting's CUDA graph failed (RuntimeError: CUDA error: ")
+    assert lines[0].endswith("); run with --compile update") and "previous error" not in lines[0]
+    assert not run_dir.exists()
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])

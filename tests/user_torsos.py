@@ -176,6 +176,16 @@ class NanAtSeven(SmallTorso):
         return torch.where((obs[:, 0] == 7.0).unsqueeze(1), torch.full_like(out, float("nan")), out)
 
 
+class SyncsWhileCapturing(SmallTorso):
+    """Waits for the device (``torch.cuda.synchronize``) while a CUDA graph records, which the
+    capture refuses, and nowhere else: acting's warm-up passes, its recording fails."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.is_cuda and torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()
+        return super().forward(obs)
+
+
 #: What :class:`FailsAt` raises, by name.
 FAILURES = {
     "runtime": lambda: RuntimeError("torso bug"),
