@@ -628,6 +628,7 @@ def test_a_sweep_from_before_the_auto_defaults_continues_with_the_modes_its_tria
     sweep_dir = tmp_path / "runs" / sweep.name
     assert check_same_sweep(sweep, sweep_dir) == sweep  # a new sweep: recorded as it is
     record = json.loads((sweep_dir / RECORD_FILE).read_text())
+    assert record.pop("defaults") == {"compile": "auto", "pipeline": "auto"}  # records before them had none
     for index, config in enumerate(record["trials"].values()):
         if index == 0:  # compile as the first sweeps recorded it, a bool
             config["compile"], config["pipeline"] = False, "serial"
@@ -642,6 +643,16 @@ def test_a_sweep_from_before_the_auto_defaults_continues_with_the_modes_its_tria
     overlapped = load_sweep(write(tmp_path, BASE + "settings: {total_timesteps: 5000, pipeline: overlap}\ntrial: {cpus: 1}\n"))
     with pytest.raises(UserError, match=r"its trials differ: pipeline"):
         check_same_sweep(overlapped, sweep_dir)
+    # A sweep recorded under the auto defaults whose file named serial, then named nothing: its
+    # file changed (it was taken for the same sweep, whose trials kept serial).
+    explicit = load_sweep(write(tmp_path, BASE.replace("name: ", "name: explicit-") +
+                                "settings: {total_timesteps: 5000, pipeline: serial}\ntrial: {cpus: 1}\n"))
+    explicit_dir = tmp_path / "runs" / explicit.name
+    check_same_sweep(explicit, explicit_dir)
+    plain = load_sweep(write(tmp_path, BASE.replace("name: ", "name: explicit-") + "settings: {total_timesteps: 5000}\ntrial: {cpus: 1}\n"))
+    with pytest.raises(UserError, match=r"its trials differ: pipeline"):
+        check_same_sweep(plain, explicit_dir)
+    assert check_same_sweep(explicit, explicit_dir) == explicit
     # Tune's own saved trials (a continued sweep restores them) of a sweep from before --pipeline
     from acer_sync.sweeps.trial import start_run
 

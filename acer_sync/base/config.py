@@ -247,6 +247,11 @@ def field_default(f: dataclasses.Field):
 FORMER_DEFAULTS = {"compile": "off", "pipeline": "serial"}
 
 
+def present_defaults() -> dict:
+    """The settings of :data:`FORMER_DEFAULTS` at their defaults now (``auto``)."""
+    return {f.name: field_default(f) for f in fields() if f.name in FORMER_DEFAULTS}
+
+
 def setting_defaults() -> dict:
     """Every setting at what a saved config that lacks it ran with: a run (or a sweep) recorded
     before the setting existed behaved as its default does, or, for a default that became ``auto``

@@ -273,7 +273,8 @@ def check_storage_on_every_node(runs_dir: Path, sweep_dir: Path) -> None:
 def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> Sweep:
     """Refuse to continue ``sweep_dir`` with a sweep file that expands to other trials or resources.
     The sweep to run: ``sweep``, with the trials of one recorded before a default became ``auto``
-    keeping the former default they ran with where the file now gives ``auto`` (:data:`FORMER_DEFAULTS`)."""
+    keeping the former default they ran with where the file now gives ``auto`` (:data:`FORMER_DEFAULTS`;
+    a record names the defaults it was written under)."""
     record_path = sweep_dir / RECORD_FILE
     record = json.loads(json.dumps(sweep_record(sweep), default=str))
     kept: dict[str, dict] = {}
@@ -294,12 +295,19 @@ def check_same_sweep(sweep: Sweep, sweep_dir: Path) -> Sweep:
                                         for name, config in trials.items()}
         else:
             trials = {}
+        # A record without "defaults" (written before they became auto) gave a trial that named no
+        # such setting its former default, where the file now gives auto: the trial keeps what it
+        # ran with. A record that names its defaults held another mode only where the file set it.
+        recorded_defaults = saved.get("defaults")
+        recorded_defaults = {**FORMER_DEFAULTS, **(recorded_defaults if isinstance(recorded_defaults, dict) else {})}
         for name, config in record["trials"].items():
-            former = {key: value for key, value in FORMER_DEFAULTS.items()
-                      if config.get(key) == "auto" and isinstance(trials.get(name), dict) and trials[name].get(key) == value}
+            former = {key: value for key, value in recorded_defaults.items()
+                      if config.get(key) == "auto" != value and isinstance(trials.get(name), dict) and trials[name].get(key) == value}
             if former:
                 kept[name] = former
                 config.update(former)
+        if "defaults" not in saved:
+            del record["defaults"]
         if saved != record:
             changed = sorted(key for key in record if saved.get(key) != record[key])
             settings = sorted({key for name, config in record["trials"].items() if isinstance(trials.get(name), dict)

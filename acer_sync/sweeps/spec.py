@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acer_sync.api.runs import check_config
-from acer_sync.base.config import MAX_THREADS, Config, build_config, given_twice
+from acer_sync.base.config import MAX_THREADS, Config, build_config, given_twice, present_defaults
 from acer_sync.base.config_file import check_setting, load_env_settings, read_yaml_mapping
 from acer_sync.base.errors import UserError
 from atari.envs import env_info
@@ -213,4 +213,7 @@ def sweep_record(sweep: Sweep) -> dict:
         "trials": {trial.name: dataclasses.asdict(trial.config) for trial in sweep.trials},
         "trial": {"cpus": sweep.cpus, "gpus": sweep.gpus},
         "failures": sweep.failures,
+        # The defaults the trials were expanded with, of the settings whose default became auto:
+        # a trial recorded at a former default named it only where the record says otherwise.
+        "defaults": present_defaults(),
     }
