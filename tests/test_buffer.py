@@ -1,6 +1,7 @@
 """The replay buffer: frames stored once, stacks rebuilt exactly as acting built them."""
 
 import io
+import itertools
 
 import numpy as np
 import pytest
@@ -295,6 +296,74 @@ def test_a_saved_buffer_loads_into_the_buffer_a_chunk_at_a_time(tmp_path, monkey
     assert frames > 5_000_000 and peak < frames / 4
     for name in ("frames", "actions", "mu", "rewards", "timeout_values"):
         assert np.array_equal(restored.arrays[name], buffer.arrays[name]), name
+
+
+def host_state(buffer: ReplayBuffer) -> dict[str, np.ndarray]:
+    """Copies of ``buffer.state()``'s arrays, on the host."""
+    return {name: (array.cpu().numpy() if isinstance(array, torch.Tensor) else array).copy() for name, array in buffer.state().items()}
+
+
+@pytest.mark.parametrize("tensors", [False, True])
+def test_a_frozen_buffer_reads_as_it_was_while_segments_are_stored_over_it(tensors):
+    # A periodic save writes the buffer in a thread while training stores on: the file must hold
+    # the buffer of the checkpoint's step, rows read before and after the ring overwrote them alike.
+    fields = buffer_fields((2,), np.dtype(np.float32), Categorical(A), {"h": (3,), "c": (3,)})
+    buffer = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=tensors)
+    segments = random_segments(fields, T, N, count=12)
+    for segment in itertools.islice(segments, 6):  # the ring has wrapped
+        buffer.put(segment)
+    expected = host_state(buffer)
+    frozen = buffer.freeze()
+    read = {name: [] for name in buffer.arrays}
+    read["segment_start"] = []
+    for name, parts_read in read.items():
+        parts_read.append(frozen[name].read(0, 2))  # the first rows, then segments overwrite rows on both sides of them
+    for segment in itertools.islice(segments, 3):
+        buffer.put(segment)
+    for name, parts_read in read.items():
+        parts_read.append(frozen[name].read(2, frozen[name].shape[0]))
+        assert np.array_equal(np.concatenate(parts_read), expected[name]), name
+        assert not frozen[name].kept  # each kept row was read, and let go
+    assert not np.array_equal(host_state(buffer)["frames"], expected["frames"])
+    buffer.thaw()
+    buffer.put(next(segments))
+    assert not frozen["frames"].kept
+
+
+@pytest.mark.parametrize("tensors", [False, True])
+def test_a_buffer_written_in_a_thread_holds_its_step_while_segments_are_stored(tmp_path, monkeypatch, tensors):
+    import acer_sync.training.checkpoint as checkpoint_module
+    from acer_sync.training.checkpoint import BufferWriter, load_buffer
+
+    monkeypatch.setattr(checkpoint_module, "WRITE_CHUNK_BYTES", 64)  # many reads, between the stores
+    fields = buffer_fields((84, 84), np.dtype(np.uint8), Categorical(6))
+    buffer = ReplayBuffer(fields, 2, T, 8 * T, STACK, tensors=tensors)
+    segments = random_segments(fields, T, 2, count=40)
+    for segment in itertools.islice(segments, 10):
+        buffer.put(segment)
+    expected = host_state(buffer)
+    (tmp_path / "checkpoints").mkdir()
+    writer = BufferWriter(tmp_path / "checkpoints", buffer, 100, "0123456789abcdef")
+    for segment in segments:
+        buffer.put(segment)
+    writer.finish()
+    assert buffer._frozen is None and writer.done
+    restored = ReplayBuffer(fields, 2, T, 8 * T, STACK)
+    assert "replay resumes with the saved buffer" in load_buffer(tmp_path, restored, 100, "0123456789abcdef")
+    for name, array in host_state(restored).items():
+        assert np.array_equal(array, expected[name]), name
+
+
+def test_a_buffer_write_that_fails_in_its_thread_is_raised_by_finish_and_the_buffer_thawed(tmp_path):
+    from acer_sync.base.errors import WriteFailed
+    from acer_sync.training.checkpoint import BufferWriter
+
+    fields = buffer_fields((1,), np.dtype(np.float32), Categorical(A))
+    buffer = ReplayBuffer(fields, N, T, 4 * T, STACK)
+    writer = BufferWriter(tmp_path / "missing", buffer, 0, "0123456789abcdef")  # no such folder
+    with pytest.raises(WriteFailed, match="cannot write .*buffer.npz: No such file or directory"):
+        writer.finish()
+    assert buffer._frozen is None
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 8 << 20])

@@ -32,6 +32,7 @@ bytes (categorical, feed-forward).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -41,6 +42,7 @@ import torch
 
 from acer_sync.base.transfer import numpy_dtype, torch_dtype, upload
 from acer_sync.nets.distributions import Distribution
+from acer_sync.replay.frozen import FrozenArray
 from atari import parts
 
 FRAME, STEP, SEGMENT = "frame", "step", "segment"
@@ -363,6 +365,9 @@ class ReplayBuffer:
         env = np.arange(num_envs)
         #: The env index of each kind of row, as ``gather`` indexes with it (on the device, uploaded once).
         self._env_rows = {FRAME: self._index(env[None, :]), STEP: self._index(env[None, :]), SEGMENT: self._index(env)}
+        #: While a save reads the arrays as they were at its step (:meth:`freeze`): each by name.
+        self._frozen: dict[str, FrozenArray] | None = None
+        self._frozen_lock = threading.Lock()
 
     def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
         if not self.tensors:
@@ -417,6 +422,12 @@ class ReplayBuffer:
             STEP: slice(index * T, (index + 1) * T),
             SEGMENT: index,
         }
+        frozen = self._frozen
+        if frozen is not None:  # a save reads the arrays: the rows about to change are kept for it first
+            with self._frozen_lock:
+                for f in self.fields:
+                    frozen[f.name].keep(slots[f.per])
+                frozen["segment_start"].keep(index)
         for f in self.fields:
             value = field_array(segment, f, self._state_index)
             if self.tensors:
@@ -459,6 +470,20 @@ class ReplayBuffer:
         arrays["counters"] = np.array([self.steps_written, self.segments_stored], dtype=np.int64)
         arrays["format"] = np.array(BUFFER_FORMAT, dtype=np.int64)
         return arrays
+
+    def freeze(self) -> dict[str, FrozenArray | np.ndarray]:
+        """:meth:`state` for a save in a thread while training stores on (:mod:`acer_sync.replay.frozen`):
+        the arrays as :class:`FrozenArray` views that read them as they are now, until :meth:`thaw`."""
+        if self.tensors and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the segments stored so far, written before the reads
+        state = self.state()
+        self._frozen = {name: FrozenArray(array, self._frozen_lock) for name, array in state.items()
+                        if name in self.arrays or name == "segment_start"}
+        return {**state, **self._frozen}
+
+    def thaw(self) -> None:
+        """The save is done (or gave up): ``put`` keeps no more rows for it."""
+        self._frozen = None
 
     def load_state(self, arrays) -> None:
         """Restore from :meth:`state`'s arrays of any format (:func:`migrate_buffer`), after a restart

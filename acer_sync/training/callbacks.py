@@ -51,8 +51,8 @@ from acer_sync.training.checkpoint import (
     BEST,
     BUFFER_FILE,
     LATEST,
+    BufferWriter,
     load_checkpoint,
-    save_buffer,
     save_checkpoint,
     saved_buffer_step,
     trainer_payload,
@@ -273,8 +273,9 @@ class CheckpointCallback(Callback):
     """``checkpoints/latest.pt`` every ``checkpoint_every`` steps (with a ``step_*.pt`` copy, the
     newest ``keep_checkpoints`` kept) and at the end, unless non-finite updates stopped the run (the
     last good one stays, as after a failed write); the replay buffer beside it with ``save_buffer``,
-    marked with the checkpoint's step. ``on_checkpoint`` is
-    called with the path of ``latest.pt`` after each. In an iteration it runs after the user's
+    marked with the checkpoint's step (a periodic one's written in a thread while the run goes on).
+    ``on_checkpoint`` is called with the path of ``latest.pt`` after each, once its buffer is
+    written too. In an iteration it runs after the user's
     callbacks, so that a periodic checkpoint holds their state of that iteration."""
 
     after_the_users = True
@@ -288,6 +289,8 @@ class CheckpointCallback(Callback):
         #: read at the start, or at a save before it (an evaluation owed at the total that failed).
         self.buffer_step: int | None = None
         self.buffer_step_read = False
+        #: A periodic checkpoint's buffer, written in a thread while the run goes on.
+        self.buffer_writer: BufferWriter | None = None
         try:
             self.directory.mkdir(exist_ok=True)
         except OSError as error:  # a full disk, say: the start fails in one line (WRITE_FAILED)
@@ -306,25 +309,33 @@ class CheckpointCallback(Callback):
             self.buffer_step_read = True
 
     def on_rollout_end(self, trainer, row: dict) -> None:
+        if self.buffer_writer is not None and self.buffer_writer.done:
+            self._finish_buffer()  # a write that failed (a full disk) stops the run here
         if trainer.timesteps >= self.next_checkpoint and trainer.agent.nonfinite_streak == 0:
             # While updates are non-finite no checkpoint is written: the last good one stays.
             self.save(trainer, periodic=True)
             self.next_checkpoint += self.config.checkpoint_every
 
     def on_training_end(self, trainer, outcome: Outcome) -> None:
-        if outcome.stop in (Stop.NONFINITE, Stop.WRITE_FAILED) or trainer.agent.weights_torn:
-            return  # the last good checkpoint stays; a broken update's weights are partly stepped
-        if outcome.stop is Stop.INTERRUPTED:
-            log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
         try:
+            if outcome.stop in (Stop.NONFINITE, Stop.WRITE_FAILED) or trainer.agent.weights_torn:
+                # The last good checkpoint stays (a broken update's weights are partly stepped), its
+                # buffer finished where it is under way.
+                self._finish_buffer()
+                return
+            if outcome.stop is Stop.INTERRUPTED:
+                log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
             self.save(trainer, periodic=False)
         except CallbackFailed as failure:  # raised as it is, after the other callbacks' ends, as theirs
             raise failure.error from None
 
     def save(self, trainer, periodic: bool) -> None:
         """Write ``latest.pt`` (and a periodic copy), prune old periodic ones, and the buffer if
-        asked; ``trainer.checkpoint_step`` says the step ``latest.pt`` holds once it is written."""
+        asked; ``trainer.checkpoint_step`` says the step ``latest.pt`` holds once it is written.
+        A periodic save's buffer is written in a thread while the run goes on, and
+        ``on_checkpoint`` is called once it is (:meth:`_finish_buffer`)."""
         self._read_buffer_step(trainer)  # an end before this callback's start (an earlier one's failed)
+        self._finish_buffer()  # the previous checkpoint's, if still under way
         payload = trainer_payload(trainer)
         save_checkpoint(self.directory / LATEST, payload)
         trainer.checkpoint_step = trainer.timesteps
@@ -339,8 +350,25 @@ class CheckpointCallback(Callback):
                                 f"{error.strerror or error}; it stays")
         if self.config.save_buffer and self.buffer_step != trainer.timesteps:  # a run ending on a checkpoint's step wrote it then
             self._remove_stale_buffer()
-            save_buffer(self.directory, trainer.buffer, trainer.timesteps, trainer.run_key)
-            self.buffer_step = trainer.timesteps
+            # Periodic, it is written while the run goes on (the buffer as it was at this step); at
+            # the end, the run waits for it.
+            self.buffer_writer = BufferWriter(self.directory, trainer.buffer, trainer.timesteps, trainer.run_key)
+            if not periodic:
+                self._finish_buffer()
+            return
+        self._checkpoint_written()
+
+    def _finish_buffer(self) -> None:
+        """Wait for the buffer's write under way, if any; the step of the file is then its step,
+        and its checkpoint is whole (``on_checkpoint``). What stopped it (a :class:`WriteFailed`:
+        a full disk) is raised."""
+        writer, self.buffer_writer = self.buffer_writer, None
+        if writer is not None:
+            writer.finish()
+            self.buffer_step = writer.step
+            self._checkpoint_written()
+
+    def _checkpoint_written(self) -> None:
         if self.on_checkpoint is not None:
             try:
                 self.on_checkpoint(self.directory / LATEST)
