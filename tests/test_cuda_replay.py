@@ -112,3 +112,28 @@ def test_cuda_replay_saves_and_loads_a_chunk_at_a_time_as_the_host_buffer_does(t
     for name, array in buffers["cpu"].arrays.items():
         if name != "dones":  # a resume marks the newest step done (ReplayBuffer.load_state)
             assert np.array_equal(restored.arrays[name].cpu().numpy(), array), name
+
+
+@requires_cuda
+def test_cuda_a_buffer_on_the_gpu_written_in_a_thread_holds_its_step_while_segments_are_stored(tmp_path, monkeypatch):
+    # A periodic checkpoint's buffer (--replay-device cuda) comes to the host on the writer
+    # thread's stream while training stores on the GPU: the rows stored meanwhile are kept first.
+    import acer_sync.training.checkpoint as checkpoint_module
+    from acer_sync.training.checkpoint import BufferWriter
+
+    monkeypatch.setattr(checkpoint_module, "WRITE_CHUNK_BYTES", 1 << 10)
+    fields = buffer_fields((8, 8), np.dtype(np.uint8), Categorical(A))
+    buffer = ReplayBuffer(fields, N, T, 6 * T, STACK, device="cuda")
+    segments = random_segments(fields, T, N, count=40)
+    for _ in range(9):
+        buffer.put(next(segments))
+    expected = {name: (array.cpu().numpy() if isinstance(array, torch.Tensor) else array).copy()
+                for name, array in buffer.state().items()}
+    (tmp_path / "checkpoints").mkdir()
+    writer = BufferWriter(tmp_path / "checkpoints", buffer, 9 * T * N, "0123456789abcdef")
+    for segment in segments:
+        buffer.put(segment)
+    writer.finish()
+    with np.load(tmp_path / "checkpoints/buffer.npz") as saved:
+        for name, array in expected.items():
+            assert np.array_equal(saved[name], array), name

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -487,6 +488,47 @@ def test_ctrl_c_while_the_stopped_trainer_is_freed_exits_130_in_silence(tmp_path
         "run_cli(main, 'freed.py')\n"
     )
     assert_ctrl_c_during_slow_clean_up_exits_130_at_once(script, "freeing")
+
+
+def test_a_periodic_buffer_written_while_the_run_goes_on_holds_its_checkpoints_step(tmp_path, monkeypatch):
+    # A periodic checkpoint's buffer is written in a thread while the run stores on (here the
+    # first reads wait, up to 0.5 s a write, for a segment stored over them): the file is the
+    # buffer of the checkpoint's step, and on_checkpoint sees it written.
+    import shutil
+
+    from acer_sync.replay.frozen import FrozenArray
+    from acer_sync.training.checkpoint import BUFFER_FILE
+
+    read, overwritten, deadlines = FrozenArray.read, [], {}
+
+    def read_after_a_store(frozen, start, stop):
+        deadline = deadlines.setdefault(threading.get_ident(), time.monotonic() + 0.5)  # a thread a write
+        while start == 0 and not frozen.kept and time.monotonic() < deadline:
+            time.sleep(0.002)
+        overwritten.append(bool(frozen.kept))
+        return read(frozen, start, stop)
+
+    monkeypatch.setattr(FrozenArray, "read", read_after_a_store)
+    states, copies = {}, {}
+
+    class AtEachStep(acer_sync.Callback):  # the users' callbacks run before the checkpoint's
+        def on_rollout_end(self, trainer, row):
+            states[trainer.timesteps] = {name: np.array(array, copy=True) for name, array in trainer.buffer.state().items()}
+
+    def copy_buffer(latest):
+        step = load_checkpoint(latest.parent.parent)["counters"]["timesteps"]
+        shutil.copyfile(latest.parent / BUFFER_FILE, tmp_path / f"buffer_{step}.npz")
+        copies[step] = tmp_path / f"buffer_{step}.npz"
+
+    acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=480, checkpoint_every=160, save_buffer=True,
+                    num_envs=2, nsteps=20, buffer_size=200, replay_start=40, vec_env="sync", device="cpu", eval_every=0, progress_bar=False,
+                    verbose=0, callbacks=[AtEachStep()], on_checkpoint=copy_buffer)
+    assert sorted(copies) == [160, 320, 480] and any(overwritten)
+    for step, path in copies.items():
+        with np.load(path) as saved:
+            assert int(saved["checkpoint_step"]) == step
+            for name, array in states[step].items():
+                assert np.array_equal(saved[name], array), (step, name)
 
 
 def test_a_buffer_save_removes_the_stale_one_first_and_a_run_ending_on_a_checkpoint_writes_it_once(tmp_path, monkeypatch):

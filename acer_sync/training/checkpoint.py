@@ -629,8 +629,12 @@ class BufferWriter:
         self.thread.start()
 
     def _write(self, directory: Path, buffer, frozen: dict, run_key: str) -> None:
+        # A buffer on the GPU comes to the host on a stream of the thread's own, not queued
+        # behind the updates on the default stream (the rows it reads are not written meanwhile).
+        on_gpu = buffer.device.type == "cuda"
         try:
-            write_buffer_arrays(directory, frozen, self.step, run_key)
+            with torch.cuda.stream(torch.cuda.Stream(buffer.device)) if on_gpu else contextlib.nullcontext():
+                write_buffer_arrays(directory, frozen, self.step, run_key)
         except BaseException as error:  # noqa: BLE001 - raised in the training's thread by finish()
             self.error = error
         finally:
