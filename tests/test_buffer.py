@@ -304,9 +304,12 @@ def host_state(buffer: ReplayBuffer) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("tensors", [False, True])
-def test_a_frozen_buffer_reads_as_it_was_while_segments_are_stored_over_it(tensors):
+def test_a_frozen_buffer_reads_as_it_was_while_segments_are_stored_over_it(monkeypatch, tensors):
     # A periodic save writes the buffer in a thread while training stores on: the file must hold
     # the buffer of the checkpoint's step, rows read before and after the ring overwrote them alike.
+    import acer_sync.replay.frozen as frozen_module
+
+    monkeypatch.setattr(frozen_module, "KEPT_FRACTION", 1.0)  # the copies may take the buffer's size
     fields = buffer_fields((2,), np.dtype(np.float32), Categorical(A), {"h": (3,), "c": (3,)})
     buffer = ReplayBuffer(fields, N, T, 4 * T, STACK, tensors=tensors)
     segments = random_segments(fields, T, N, count=12)
@@ -330,6 +333,30 @@ def test_a_frozen_buffer_reads_as_it_was_while_segments_are_stored_over_it(tenso
     assert not frozen["frames"].kept
 
 
+def test_the_rows_kept_for_a_write_are_bounded_and_put_waits_for_the_write_past_that(monkeypatch):
+    # The copies of the rows stored during a write grow with its length times the storing rate
+    # (on the GPU, in the GPU's memory): past KEPT_FRACTION of the buffer, put waits for its end.
+    import threading
+
+    import acer_sync.replay.frozen as frozen_module
+
+    monkeypatch.setattr(frozen_module, "KEPT_FRACTION", 0.1)
+    fields = buffer_fields((2,), np.dtype(np.float32), Categorical(A))
+    buffer = ReplayBuffer(fields, N, T, 4 * T, STACK)
+    segments = random_segments(fields, T, N, count=3)
+    buffer.put(next(segments))
+    frozen = buffer.freeze()
+    buffer.put(next(segments))  # its rows kept: over a tenth of the buffer
+    assert buffer._freeze.kept_bytes > buffer._freeze.limit
+    stored = threading.Thread(target=buffer.put, args=(next(segments),))
+    stored.start()
+    stored.join(0.2)
+    assert stored.is_alive()  # waiting for the write's end
+    buffer.thaw()
+    stored.join(5)
+    assert not stored.is_alive() and buffer.steps_written == 3 * T and not frozen["frames"].kept
+
+
 @pytest.mark.parametrize("tensors", [False, True])
 def test_a_buffer_written_in_a_thread_holds_its_step_while_segments_are_stored(tmp_path, monkeypatch, tensors):
     import acer_sync.training.checkpoint as checkpoint_module
@@ -347,7 +374,7 @@ def test_a_buffer_written_in_a_thread_holds_its_step_while_segments_are_stored(t
     for segment in segments:
         buffer.put(segment)
     writer.finish()
-    assert buffer._frozen is None and writer.done
+    assert buffer._freeze is None and writer.done
     restored = ReplayBuffer(fields, 2, T, 8 * T, STACK)
     assert "replay resumes with the saved buffer" in load_buffer(tmp_path, restored, 100, "0123456789abcdef")
     for name, array in host_state(restored).items():
@@ -363,7 +390,7 @@ def test_a_buffer_write_that_fails_in_its_thread_is_raised_by_finish_and_the_buf
     writer = BufferWriter(tmp_path / "missing", buffer, 0, "0123456789abcdef")  # no such folder
     with pytest.raises(WriteFailed, match="cannot write .*buffer.npz: No such file or directory"):
         writer.finish()
-    assert buffer._frozen is None
+    assert buffer._freeze is None
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 8 << 20])

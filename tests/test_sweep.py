@@ -855,3 +855,18 @@ def test_a_trials_exception_crosses_to_sweep_py_as_its_type_message_and_checkpoi
     assert failure_cause(types.SimpleNamespace(error_file=str(tmp_path / "error.txt"))) == f": {said}"
     assert failure_cause(types.SimpleNamespace(error_file=None)) == ""
     assert issubclass(TrialFailed, RuntimeError)
+
+
+def test_a_trial_reports_the_step_its_checkpoint_holds_when_its_buffer_is_written_later(monkeypatch):
+    # With save_buffer, a periodic checkpoint's on_checkpoint comes once its buffer is written, a
+    # few iterations on: Tune's "saved at" column showed the step the run had reached by then.
+    from types import SimpleNamespace
+
+    from acer_sync.sweeps import trial as trial_module
+
+    reported = []
+    monkeypatch.setattr(trial_module.tune, "report", reported.append)
+    reporter = trial_module.TuneReporter()
+    reporter.trainer = SimpleNamespace(timesteps=400, checkpoint_step=160)
+    reporter.on_checkpoint(Path("latest.pt"))
+    assert reported[0]["checkpoint_timesteps"] == 160

@@ -32,7 +32,6 @@ bytes (categorical, feed-forward).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -42,7 +41,7 @@ import torch
 
 from acer_sync.base.transfer import numpy_dtype, torch_dtype, upload
 from acer_sync.nets.distributions import Distribution
-from acer_sync.replay.frozen import FrozenArray
+from acer_sync.replay.frozen import Freeze, FrozenArray
 from atari import parts
 
 FRAME, STEP, SEGMENT = "frame", "step", "segment"
@@ -365,9 +364,8 @@ class ReplayBuffer:
         env = np.arange(num_envs)
         #: The env index of each kind of row, as ``gather`` indexes with it (on the device, uploaded once).
         self._env_rows = {FRAME: self._index(env[None, :]), STEP: self._index(env[None, :]), SEGMENT: self._index(env)}
-        #: While a save reads the arrays as they were at its step (:meth:`freeze`): each by name.
-        self._frozen: dict[str, FrozenArray] | None = None
-        self._frozen_lock = threading.Lock()
+        #: While a save reads the arrays as they were at its step (:meth:`freeze`).
+        self._freeze: Freeze | None = None
 
     def _zeros(self, shape: tuple[int, ...], dtype: np.dtype):
         if not self.tensors:
@@ -422,12 +420,9 @@ class ReplayBuffer:
             STEP: slice(index * T, (index + 1) * T),
             SEGMENT: index,
         }
-        frozen = self._frozen
-        if frozen is not None:  # a save reads the arrays: the rows about to change are kept for it first
-            with self._frozen_lock:
-                for f in self.fields:
-                    frozen[f.name].keep(slots[f.per])
-                frozen["segment_start"].keep(index)
+        freeze = self._freeze
+        if freeze is not None:  # a save reads the arrays: the rows about to change are kept for it first
+            freeze.keep({**{f.name: slots[f.per] for f in self.fields}, "segment_start": index})
         for f in self.fields:
             value = field_array(segment, f, self._state_index)
             if self.tensors:
@@ -477,13 +472,14 @@ class ReplayBuffer:
         if self.tensors and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the segments stored so far, written before the reads
         state = self.state()
-        self._frozen = {name: FrozenArray(array, self._frozen_lock) for name, array in state.items()
-                        if name in self.arrays or name == "segment_start"}
-        return {**state, **self._frozen}
+        self._freeze = Freeze({name: array for name, array in state.items() if name in self.arrays or name == "segment_start"})
+        return {**state, **self._freeze.views}
 
     def thaw(self) -> None:
         """The save is done (or gave up): ``put`` keeps no more rows for it."""
-        self._frozen = None
+        freeze, self._freeze = self._freeze, None
+        if freeze is not None:
+            freeze.thaw()
 
     def load_state(self, arrays) -> None:
         """Restore from :meth:`state`'s arrays of any format (:func:`migrate_buffer`), after a restart

@@ -167,7 +167,8 @@ class TuneReporter:
             self._report(self.last_row)
 
     def on_checkpoint(self, path: Path) -> None:
-        self._report({**self.last_row, "checkpoint_timesteps": self.trainer.timesteps})
+        # The step latest.pt holds: a buffer written in a thread has its checkpoint reported later.
+        self._report({**self.last_row, "checkpoint_timesteps": self.trainer.checkpoint_step})
 
     def _report(self, row: dict) -> None:
         try:

@@ -335,7 +335,7 @@ class CheckpointCallback(Callback):
         A periodic save's buffer is written in a thread while the run goes on, and
         ``on_checkpoint`` is called once it is (:meth:`_finish_buffer`)."""
         self._read_buffer_step(trainer)  # an end before this callback's start (an earlier one's failed)
-        self._finish_buffer()  # the previous checkpoint's, if still under way
+        self._finish_buffer(superseded=True)  # the previous checkpoint's, if still under way
         payload = trainer_payload(trainer)
         save_checkpoint(self.directory / LATEST, payload)
         trainer.checkpoint_step = trainer.timesteps
@@ -358,15 +358,17 @@ class CheckpointCallback(Callback):
             return
         self._checkpoint_written()
 
-    def _finish_buffer(self) -> None:
+    def _finish_buffer(self, superseded: bool = False) -> None:
         """Wait for the buffer's write under way, if any; the step of the file is then its step,
-        and its checkpoint is whole (``on_checkpoint``). What stopped it (a :class:`WriteFailed`:
+        and its checkpoint is whole (``on_checkpoint``, unless ``superseded``: a newer checkpoint
+        is being written, whose call comes once it is). What stopped it (a :class:`WriteFailed`:
         a full disk) is raised."""
         writer, self.buffer_writer = self.buffer_writer, None
         if writer is not None:
             writer.finish()
             self.buffer_step = writer.step
-            self._checkpoint_written()
+            if not superseded:
+                self._checkpoint_written()
 
     def _checkpoint_written(self) -> None:
         if self.on_checkpoint is not None:
