@@ -2,6 +2,8 @@
 
 import io
 import itertools
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -379,6 +381,31 @@ def test_a_buffer_written_in_a_thread_holds_its_step_while_segments_are_stored(t
     assert "replay resumes with the saved buffer" in load_buffer(tmp_path, restored, 100, "0123456789abcdef")
     for name, array in host_state(restored).items():
         assert np.array_equal(array, expected[name]), name
+
+
+def test_a_buffer_write_given_up_as_the_run_exits_at_once_leaves_no_temporary_file(tmp_path, monkeypatch):
+    # A second signal exits at once: the writer thread, a daemon, died mid-write and left a
+    # temporary file of up to the buffer's size until a resume removed it.
+    from acer_sync.replay.frozen import FrozenArray, WriteCancelled
+    from acer_sync.training.checkpoint import BufferWriter
+
+    read, started = FrozenArray.read, threading.Event()
+
+    def slow_read(frozen, start, stop):
+        started.set()
+        time.sleep(0.01)
+        return read(frozen, start, stop)
+
+    monkeypatch.setattr(FrozenArray, "read", slow_read)
+    fields = buffer_fields((1,), np.dtype(np.float32), Categorical(A))
+    buffer = ReplayBuffer(fields, N, T, 4 * T, STACK)
+    writer = BufferWriter(tmp_path, buffer, 0, "0123456789abcdef")
+    assert started.wait(5)
+    buffer.cancel_save(5.0)
+    assert buffer._freeze is None
+    with pytest.raises(WriteCancelled):
+        writer.finish()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_buffer_write_that_fails_in_its_thread_is_raised_by_finish_and_the_buffer_thawed(tmp_path):

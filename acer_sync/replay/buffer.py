@@ -475,6 +475,12 @@ class ReplayBuffer:
         self._freeze = Freeze({name: array for name, array in state.items() if name in self.arrays or name == "segment_start"})
         return {**state, **self._freeze.views}
 
+    def cancel_save(self, seconds: float) -> None:
+        """Give up the write of the frozen arrays under way, if any (:meth:`Freeze.cancel`)."""
+        freeze = self._freeze
+        if freeze is not None:
+            freeze.cancel(seconds)
+
     def thaw(self) -> None:
         """The save is done (or gave up): ``put`` keeps no more rows for it."""
         freeze, self._freeze = self._freeze, None

@@ -24,6 +24,10 @@ from acer_sync.base.transfer import numpy_dtype
 KEPT_FRACTION = 0.125
 
 
+class WriteCancelled(Exception):
+    """The write of a frozen buffer was given up (:meth:`Freeze.cancel`)."""
+
+
 class Freeze:
     """The buffer's arrays (``arrays``, by name) frozen for one write: :attr:`views` reads them."""
 
@@ -34,6 +38,8 @@ class Freeze:
         self.kept_bytes = 0
         self.limit = KEPT_FRACTION * sum(view.row_bytes * view.shape[0] for view in self.views.values())
         self.thawed = threading.Event()
+        #: The run exits at once (a second signal): the reader gives up at its next read.
+        self.cancelled = False
 
     def keep(self, rows: dict) -> None:
         """Before ``put`` overwrites ``rows`` (rows by array name: an int, a slice or integer
@@ -45,6 +51,12 @@ class Freeze:
         with self.lock:
             for name, array_rows in rows.items():
                 self.views[name].keep(array_rows)
+
+    def cancel(self, seconds: float) -> None:
+        """Have the reader give up (:class:`WriteCancelled` at its next read; the atomic write then
+        removes its temporary file), waiting up to ``seconds`` for it."""
+        self.cancelled = True
+        self.thawed.wait(seconds)
 
     def thaw(self) -> None:
         """The write is done (or gave up): the copies go, and a ``put`` waiting goes on."""
@@ -86,6 +98,8 @@ class FrozenArray:
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` as they were when frozen, a host copy (the reader's, in order)."""
+        if self.freeze.cancelled:
+            raise WriteCancelled("the run exited at once")
         with self.freeze.lock:
             block = _host_copy(self.array[start:stop])
             for row in range(start, stop):

@@ -260,6 +260,7 @@ class Trainer:
                 # propagates; one raised while the run ended is taken for a second signal.)
                 if error is self.crashed or not (stop.interrupted_twice or isinstance(error, KeyboardInterrupt)):
                     raise
+                self.buffer.cancel_save(1.0)  # a buffer written in a thread: its temporary file removed, not left behind
                 return self._outcome(Stop.INTERRUPTED, f"{self._second_stop()}: exiting at once; {self._checkpoint_kept()}")
 
     def _run(self, stop: GracefulStop) -> Outcome:
