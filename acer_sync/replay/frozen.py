@@ -43,8 +43,8 @@ class Freeze:
 
     def keep(self, rows: dict) -> None:
         """Before ``put`` overwrites ``rows`` (rows by array name: an int, a slice or integer
-        indices), a copy of each one the writer has not read yet; where the copies would pass
-        their limit, the write's end is waited for first."""
+        indices), a copy of each one the writer has not read yet; once the copies take more than
+        their limit, the write's end is waited for instead."""
         if self.kept_bytes > self.limit:
             self.thawed.wait()
             return
