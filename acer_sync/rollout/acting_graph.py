@@ -28,6 +28,7 @@ mark a capture), so it is a :class:`~atari.errors.UserError` that names ``--comp
 from __future__ import annotations
 
 import logging
+import warnings
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -99,13 +100,17 @@ class ActingGraph:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         debug_mode = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("error")
+        with warnings.catch_warnings():  # torch's "a prototype feature" warning: a line above every run's start
+            warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
+            torch.cuda.set_sync_debug_mode("error")
         try:
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS):
                     self._run_step()
         finally:  # as before the warm-up, whether or not it ran
-            torch.cuda.set_sync_debug_mode(debug_mode)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
+                torch.cuda.set_sync_debug_mode(debug_mode)
             torch.cuda.current_stream(device).wait_stream(side)
             torch.cuda.current_stream(device).synchronize()
             for tensor, value in zip((*self.restore, *self.state), saved, strict=True):

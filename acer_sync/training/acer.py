@@ -48,6 +48,10 @@ def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.
     return torch.where(target.amax() > target.amin(), 1.0 - (target - prediction).var() / var_target, undefined)
 
 
+#: Inductor's defaults of the settings :func:`compile_whole` gives.
+INDUCTOR_DEFAULTS = {"fallback_random": False, "emulate_precision_casts": False, "loop_ordering_after_fusion": True}
+
+
 def compile_whole(function: Callable, mode: str, model: nn.Module, precision: str) -> Callable:
     """``function``, a whole update of ``model`` (its passes, backward and the optimizer's step),
     under ``torch.compile(fullgraph=True)``, in ``mode`` ``graph`` also as a CUDA graph; the
@@ -59,12 +63,18 @@ def compile_whole(function: Callable, mode: str, model: nn.Module, precision: st
     rounds a bf16 net's fused intermediate values to bf16 as eager acting did, so π is μ on a fresh
     segment (kept in float32, an LSTM's gave π − μ up to 7e-4, and on-policy ρ ≠ 1). They are given
     to ``torch.compile`` once; the CUDA graph's mode excludes options, so there they are patched in
-    at each call (Inductor compiles at the first)."""
+    at each call (Inductor compiles at the first). Before torch 2.13, ``loop_ordering_after_fusion``
+    is off: its CUDA scheduler asserted that every node of a fused one could reorder its loops
+    (``FusedSchedulerNode.reorder_loops_by_dep_pair``; 2.13 skips such a node), which failed the
+    compile of the bf16 LSTM update on the lent H200 (torch 2.11), leaving it eager."""
     graph = mode == "graph"
     settings = {"fallback_random": not graph, "emulate_precision_casts": runs_in_bf16(model, precision)}
+    if torch.__version__ < "2.13":
+        settings["loop_ordering_after_fusion"] = False
     compiled = torch.compile(function, fullgraph=True, dynamic=False, mode="reduce-overhead" if graph else None,
                              options=None if graph else settings)
-    patched = {key: value for key, value in settings.items() if value} if graph else {}
+    # The CUDA graph's: those away from Inductor's defaults
+    patched = {key: value for key, value in settings.items() if value != INDUCTOR_DEFAULTS[key]} if graph else {}
     inductor_config = importlib.import_module("torch._inductor.config") if patched else None  # a second to import
 
     def run(*args):
