@@ -243,10 +243,11 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     # the second it started at, and each must have run exactly when its setup and 2 s fitted then.
     budget, seconds = 44, 2
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
-                             "--seconds", str(seconds), "--budget", str(budget), "--out", str(tmp_path),
+                             "--seconds", str(seconds), "--budget", str(budget), "--out", str(tmp_path), "--commit", "abc1234",
                              "--python", sys.executable], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (report,) = tmp_path.glob("cpu-*.jsonl")
+    assert report.name == "cpu-abc1234.jsonl"  # the commit given: the device machine's git HEAD was a stale one
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines[0]["report"] == "--num-envs 16" and lines[0]["num_envs"] == 16 and lines[0]["device"] == "cpu"
     assert lines[0]["env"] == "CartPole-v1"  # Pong's bench line: tests/test_bench.py
@@ -377,6 +378,13 @@ def test_the_gpu_report_takes_whole_seconds_only(tmp_path, option, value):
                              str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stderr) == (
         2, f"gpu_report.sh: error: {option} must be a positive whole number of seconds, got {value}\n")
+
+
+def test_the_gpu_report_refuses_a_commit_name_that_is_not_one(tmp_path):
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--device", "cpu", "--commit", "a/b c", "--out",
+                             str(tmp_path), "--python", sys.executable], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (
+        2, "gpu_report.sh: error: --commit takes a commit's name (letters, digits, . _ -), got a/b c\n")
 
 
 def test_the_gpu_report_says_in_one_line_that_there_is_no_cuda(tmp_path):

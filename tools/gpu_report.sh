@@ -4,7 +4,7 @@
 # OUT_DIR/<device>-<commit>.jsonl.
 #
 #   tools/gpu_report.sh                               # on a GPU box: --device cuda, 40 s a figure, 9 minutes in all
-#   tools/gpu_report.sh --out "$OUT/bench"            # on the lent device machine, carrying .whl (tools/gpu_wheels.sh):
+#   tools/gpu_report.sh --out "$OUT/bench" --commit ID   # on the lent device machine, carrying .whl (tools/gpu_wheels.sh):
 #                                                     # its files come back from $OUT; copy them to docs/bench/
 #   tools/gpu_report.sh --device cpu --seconds 4 --budget 120 --out /tmp/report   # the dry run, on a CPU
 #
@@ -12,7 +12,9 @@
 # cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting, default 40), --budget S (the whole report's wall time, default 520, counted from the
 # script's start: a setting that would not fit is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3),
 # --cut S (a setting still running after S seconds is cut and recorded as failed, so that one that
-# hangs cannot hold the whole call; default: its measuring time, its setup's allowance and 120 s).
+# hangs cannot hold the whole call; default: its measuring time, its setup's allowance and 120 s),
+# --commit ID (the commit the files are named by; default: git's HEAD here, which on the lent device
+# machine was a stale one: its copy of the working tree is current, its git metadata was not).
 # No setting and no test runs past the budget and GRACE (30 s) more: with a setting's 10 s from its
 # TERM to its KILL, the report ends within --budget + 40 s of its start (a device call's command
 # runs at most 600 s: the default budget leaves 40 s to spare).
@@ -25,7 +27,7 @@
 set -u
 cd "$(dirname "$0")/.."
 start=$(date +%s)  # the budget counts the wheels' install and torch's first import too
-ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=520 GRACE=30 CUT="" OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=520 GRACE=30 CUT="" COMMIT="" OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
     --env) ENV_ID=$2; shift 2 ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --out) OUT_DIR=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
     --cut) CUT=$2; shift 2 ;;
+    --commit) COMMIT=$2; shift 2 ;;
     *) echo "gpu_report.sh: error: unknown option $1 (see the header of tools/gpu_report.sh)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +51,8 @@ if [ "$DEVICE" = cuda ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cu
   exit 2
 fi
 mkdir -p "$OUT_DIR" || exit 2
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+case $commit in ''|*[!0-9A-Za-z._-]*) echo "gpu_report.sh: error: --commit takes a commit's name (letters, digits, . _ -), got $commit" >&2; exit 2 ;; esac
 device_name=$("$PY" -c "
 import re, torch
 name = torch.cuda.get_device_name(0) if '$DEVICE' == 'cuda' else 'cpu'

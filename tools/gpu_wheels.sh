@@ -8,7 +8,7 @@
 # tools/gpu_report.sh installs them there:
 #
 #   tools/gpu_wheels.sh                     # here, once (tools/gpu_wheels.sh 3.13: for an image's Python 3.13)
-#   device run, carry [".whl"]: tools/gpu_report.sh --out "$OUT/bench"
+#   device run, carry [".whl"]: tools/gpu_report.sh --out "$OUT/bench" --commit ID   (ID: this checkout's HEAD, written in)
 set -eu
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
