@@ -566,13 +566,18 @@ def test_a_buffer_save_removes_the_stale_one_first_and_a_run_ending_on_a_checkpo
     import acer_sync.training.callbacks as callbacks_module
     from acer_sync.training.checkpoint import BUFFER_FILE
 
-    writes = []
+    writes, save_buffer = [], callbacks_module.save_buffer
 
-    class Watched(callbacks_module.BufferWriter):
+    def watched(directory, buffer, timesteps, run_key):  # the run's final save
+        writes.append((timesteps, (directory / BUFFER_FILE).exists()))
+        save_buffer(directory, buffer, timesteps, run_key)
+
+    class Watched(callbacks_module.BufferWriter):  # a periodic one's, in a thread
         def __init__(self, directory, buffer, timesteps, run_key):
             writes.append((timesteps, (directory / BUFFER_FILE).exists()))
             super().__init__(directory, buffer, timesteps, run_key)
 
+    monkeypatch.setattr(callbacks_module, "save_buffer", watched)
     monkeypatch.setattr(callbacks_module, "BufferWriter", Watched)
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=480, checkpoint_every=160,
                               save_buffer=True, num_envs=2, nsteps=20, vec_env="sync", device="cpu", eval_every=0,

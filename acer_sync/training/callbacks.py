@@ -53,6 +53,7 @@ from acer_sync.training.checkpoint import (
     LATEST,
     BufferWriter,
     load_checkpoint,
+    save_buffer,
     save_checkpoint,
     saved_buffer_step,
     trainer_payload,
@@ -350,12 +351,11 @@ class CheckpointCallback(Callback):
                                 f"{error.strerror or error}; it stays")
         if self.config.save_buffer and self.buffer_step != trainer.timesteps:  # a run ending on a checkpoint's step wrote it then
             self._remove_stale_buffer()
-            # Periodic, it is written while the run goes on (the buffer as it was at this step); at
-            # the end, the run waits for it.
-            self.buffer_writer = BufferWriter(self.directory, trainer.buffer, trainer.timesteps, trainer.run_key)
-            if not periodic:
-                self._finish_buffer()
-            return
+            if periodic:  # written while the run goes on (the buffer as it was at this step)
+                self.buffer_writer = BufferWriter(self.directory, trainer.buffer, trainer.timesteps, trainer.run_key)
+                return
+            save_buffer(self.directory, trainer.buffer, trainer.timesteps, trainer.run_key)  # the run's end waits for it
+            self.buffer_step = trainer.timesteps
         self._checkpoint_written()
 
     def _finish_buffer(self, superseded: bool = False) -> None:
