@@ -22,9 +22,12 @@ from atari.stacking import FrameStacker
 from helpers import ROOT, requires_cuda
 
 
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager-push", "graphed-push"])
 @pytest.mark.parametrize("layout", [((6, 7), np.dtype(np.uint8)), {"camera": ((3, 5, 5), np.dtype(np.uint8)),
                                                                     "switch": ((2,), np.dtype(np.float32))}])
-def test_the_device_stack_holds_what_the_numpy_stack_holds(layout):
+def test_the_device_stack_holds_what_the_numpy_stack_holds(layout, graphed):
+    # Staged frames pushed once: a push with nothing staged (acting twice on one observation)
+    # leaves the stack as it is, whether the host reads the staged flag or the device (a graph's push).
     rng = np.random.default_rng(0)
     N, stack = 3, 4
     host, device = FrameStacker(N, stack, layout), DeviceFrameStack(N, stack, layout, torch.device("cpu"))
@@ -33,16 +36,51 @@ def test_the_device_stack_holds_what_the_numpy_stack_holds(layout):
         return parts.map_parts(lambda part: (rng.integers(1, 255, (N, *part[0]))).astype(part[1]), layout) \
             if isinstance(layout, dict) else rng.integers(1, 255, (N, *layout[0])).astype(layout[1])
 
+    def push_staged():
+        device.upload()
+        device.push(graphed=graphed)
+        device.pushed()
+
     first = frames()
     host.reset(first)
     device.reset(first)
     for step in range(9):
+        push_staged()
+        for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.stacked), strict=True):
+            assert np.array_equal(got.numpy(), expected), step
+        if step % 3 == 2:
+            push_staged()
+            for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.stacked), strict=True):
+                assert np.array_equal(got.numpy(), expected), step
         starts = rng.random(N) < 0.3
         new = frames()
         host.push(new, starts)
-        device.push(new, starts)
-        for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.stacked)):
-            assert np.array_equal(got.numpy(), expected), step
+        device.stage(new, starts)
+    for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.current()), strict=True):
+        assert np.array_equal(got.numpy(), expected)
+    assert not device.pending
+
+
+def test_observing_on_the_device_stack_calls_no_torch_function():
+    # The newest frames and episode starts are staged by numpy alone; act() uploads them in one copy.
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        calls: list = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Count.calls.append(func)
+            return func(*args, **(kwargs or {}))
+
+    info = env_info("CartPole-v1")
+    model = build_model(info, build_config(False, dict(env="CartPole-v1", hidden="16")))
+    actor = Actor(model, info, 3, torch.device("cpu"), device_stack=True)
+    frames = np.ones((3, 4), np.float32)
+    actor.reset(frames)
+    actor.act()
+    with Count():
+        actor.observe(frames, np.array([True, False, False]), np.zeros(3, bool), np.zeros(3, bool))
+    assert Count.calls == []
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
@@ -51,20 +89,25 @@ def test_an_actor_with_the_device_stack_acts_exactly_as_the_numpy_one(env):
     config = build_config(False, dict(env=env, hidden="16"), continuous=info.continuous)
     torch.manual_seed(0)
     model = build_model(info, config)
-    actors = [Actor(model, info, 3, torch.device("cpu"), generator=torch.Generator().manual_seed(1), device_stack=flag)
-              for flag in (False, True)]
+    # The numpy stack; the device stack; the device stack pushed by the graph's static-tensor step.
+    actors = [Actor(model, info, 3, torch.device("cpu"), generator=torch.Generator().manual_seed(1), device_stack=flag,
+                    graph=graph) for flag, graph in ((False, False), (True, False), (True, True))]
     vec = VecEnv(info, 3, "sync")
     frames, _ = vec.reset(seed=0)
     for actor in actors:
         actor.reset(frames)
-    for _ in range(30):
-        (actions, mu), (device_actions, device_mu) = (actor.act() for actor in actors)
-        assert np.array_equal(actions, device_actions) and actions.dtype == device_actions.dtype
-        assert np.array_equal(mu, device_mu)
+    for step in range(30):
+        if step % 7 == 3:  # acting twice on one observation: its frames are pushed once
+            for actor in actors:
+                actor.act()
+        (actions, mu), *others = (actor.act() for actor in actors)
+        for device_actions, device_mu in others:
+            assert np.array_equal(actions, device_actions) and actions.dtype == device_actions.dtype
+            assert np.array_equal(mu, device_mu)
         frames, _, terminated, truncated, _ = vec.step(actors[0].distribution.env_actions(actions))
         cut = truncated & ~terminated & vec.final_mask
         values = [actor.final_values(vec.final_frames, cut | vec.final_mask) for actor in actors]
-        assert np.array_equal(values[0], values[1])
+        assert np.array_equal(values[0], values[1]) and np.array_equal(values[0], values[2])
         for actor in actors:
             actor.observe(frames, terminated | truncated, np.zeros(3, bool), np.zeros(3, bool))
     vec.close()
@@ -136,7 +179,7 @@ def test_the_graphs_static_tensors_are_plain_tensors_whatever_the_callers_mode()
     with torch.inference_mode():
         graphed.reset(frames)
     graph = graphed.graph
-    statics = lambda: (graph.first, *graph.state, *parts.parts_of(graph.obs))  # noqa: E731
+    statics = lambda: (graph.first, *graph.state, *parts.parts_of(graph.obs), *parts.parts_of(graphed.stacker.stacked))  # noqa: E731
     assert not any(tensor.is_inference() for tensor in statics())
     graphed.act()
     assert not any(tensor.is_inference() for tensor in statics())

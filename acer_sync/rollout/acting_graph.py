@@ -5,10 +5,12 @@ launch per env step instead of the ~50 kernels and their Python that an eager st
 The second GPU report (docs/performance.md) found the overlapped loop bound by collection, with
 acting a fixed ~1.6 ms of host time per step whether 16 or 64 envs acted: launches, not arithmetic.
 
-A graph replays fixed addresses, so the step reads and writes static tensors: the observations,
-the episode starts and the recurrent state are copied in before each replay (one copy each), and
-the actions with μ come out packed in one tensor ``[N, action width + stat size]`` (the Actor
-brings it to the host in one pinned copy). The network's parameters and the running normalizer's
+A graph replays fixed addresses, so the step reads and writes static tensors: its inputs and the
+recurrent state are copied in before a replay unless they are the static tensors themselves (the
+Actor's: its staged newest frames and episode starts, uploaded in one copy, which its step pushes
+onto the device frame stack, see :class:`~acer_sync.rollout.actor.DeviceFrameStack`; and the state
+the last replay left), and the actions with μ come out packed in one tensor ``[N, action width +
+stat size]`` (the Actor brings it to the host in one pinned copy). The network's parameters and the running normalizer's
 statistics are read in place, so the weights an update or :class:`ActingCopy` writes into them
 are the weights the next replay acts with. The sample draws from the Actor's generator, registered
 with the graph, so a seed gives one run.
@@ -52,15 +54,19 @@ class ActingGraph:
     :param generator: the generator ``step`` samples from (registered with the graph), or None
         (the device's default generator).
     :param restore: tensors ``step`` changes in place besides its outputs (the normalizer's
-        statistics): the warm-up's changes to them are undone.
+        statistics, the Actor's device frame stack): the warm-up's changes to them are undone.
+    :param adopt_inputs: the ``obs`` and ``first`` of the first call are tensors at fixed
+        addresses, written before each call (the Actor's staged frames and episode starts): the
+        graph reads them where they are instead of copying them in.
 
     The graph is captured at :meth:`prepare` or the first call, on CUDA; elsewhere ``step`` runs
     eagerly on the static tensors.
     """
 
     def __init__(self, step, generator: torch.Generator | None = None, restore: tuple[torch.Tensor, ...] = (),
-                 module: torch.nn.Module | None = None):
+                 module: torch.nn.Module | None = None, adopt_inputs: bool = False):
         self._step = step
+        self.adopt_inputs = adopt_inputs
         self.module = module  # the network ``step`` runs: recorded in evaluation mode, as it acts
         self.generator = generator
         self.restore = restore
@@ -77,11 +83,15 @@ class ActingGraph:
     def _copy_in(self, obs, first: torch.Tensor, state: tuple) -> None:
         if self.obs is None:  # the static tensors, made at the first call, as plain tensors (see _capture)
             with torch.inference_mode(False):
-                self.obs = parts.map_parts(torch.empty_like, obs)
-                self.first = torch.empty_like(first)
+                if self.adopt_inputs:
+                    self.obs, self.first = obs, first
+                else:
+                    self.obs, self.first = parts.map_parts(torch.empty_like, obs), torch.empty_like(first)
                 self.state = tuple(torch.empty_like(s) for s in state)
-        parts.map_parts(lambda static, new: static.copy_(new), self.obs, obs)
-        self.first.copy_(first)
+        if obs is not self.obs:
+            parts.map_parts(lambda static, new: static.copy_(new), self.obs, obs)
+        if first is not self.first:
+            self.first.copy_(first)
         if state is not self.state:
             for static, new in zip(self.state, state, strict=True):
                 static.copy_(new)

@@ -53,36 +53,117 @@ def choose_actions(
 
 
 class DeviceFrameStack:
-    """The frame stack on the network's device (CUDA): each step uploads only the newest frames
-    and the episode starts, through pinned host memory, and shifts and clears the stack there.
-    It holds exactly what :class:`atari.stacking.FrameStacker` holds (tested on the CPU)."""
+    """The frame stack on the network's device (CUDA), holding what :class:`atari.stacking.FrameStacker`
+    holds on the host (tested on the CPU), in tensors at fixed addresses (acting's CUDA graph reads them).
+
+    A step's newest frames reach it in three calls, so that acting costs the host one copy each way
+    (issue 35: the newest frames' upload and the stack took a fifth of the collecting thread at 16
+    envs in the third GPU report; a step of acting through the graph and its observe made 25 torch
+    calls besides the step's own, counted on the CPU, and make 4 now; on CUDA four reach the
+    device: the upload, the replay, the copy back and the wait for it):
+
+    - :meth:`stage` writes the frames and the episode starts into one host buffer, pinned on CUDA,
+      with numpy alone (no torch call), and marks them staged;
+    - :meth:`upload` sends that buffer to the device in one copy (on the CPU the device's buffer is
+      the host's: nothing to copy);
+    - :meth:`push` shifts the staged frames onto the stack, clearing the older frames at episode
+      starts, in device operations only, which acting's graph replays with its step. Frames are
+      pushed once: with nothing staged a push leaves the stack as it is (the staged flag travels in
+      the buffer, read on the device by the graph's push, ``graphed``, and by an eager one on the host).
+
+    The host buffer may be written again only after the copy that read it has finished: the
+    Actor's :meth:`Actor.act` waits for its actions, copied back after the push, before
+    :meth:`pushed`; :meth:`current` waits itself.
+    """
+
+    #: Where each field of the staging buffer starts: a multiple of this many bytes.
+    ALIGN = 64
 
     def __init__(self, num_envs: int, stack: int, layout, device: torch.device):
-        self.stack, self.device = stack, device
+        self.stack, self.device, self.num_envs = stack, device, num_envs
+        self.cuda = device.type == "cuda"
+        fields = [((num_envs, *shape), np.dtype(dtype)) for shape, dtype in parts.parts_of(layout)]
+        fields += [((num_envs,), np.dtype(bool)), ((1,), np.dtype(bool))]  # the episode starts, the staged flag
+        offsets, size = [], 0
+        for shape, dtype in fields:
+            offsets.append(size)
+            size += -(-int(np.prod(shape)) * dtype.itemsize // self.ALIGN) * self.ALIGN
+        with torch.inference_mode(False):  # written in place inside and outside inference mode (acting's capture)
+            def zeros(shape_dtype):
+                shape, dtype = shape_dtype
+                return torch.zeros((num_envs, stack, *shape), dtype=torch_dtype(dtype), device=device)
 
-        def zeros(shape_dtype):
-            shape, dtype = shape_dtype
-            return torch.zeros((num_envs, stack, *shape), dtype=torch_dtype(dtype), device=device)
+            self.stacked = parts.map_parts(zeros, layout) if isinstance(layout, dict) else zeros(layout)
+            self.host_buffer = torch.zeros(size, dtype=torch.uint8, pin_memory=self.cuda)
+            self.device_buffer = self.host_buffer if device.type == "cpu" else torch.zeros(size, dtype=torch.uint8, device=device)
+        host_bytes = self.host_buffer.numpy()
+        host_views = [host_bytes[offset:offset + int(np.prod(shape)) * dtype.itemsize].view(dtype).reshape(shape)
+                      for (shape, dtype), offset in zip(fields, offsets, strict=True)]
+        device_views = [self.device_buffer[offset:offset + int(np.prod(shape)) * dtype.itemsize].view(torch_dtype(dtype)).view(shape)
+                        for (shape, dtype), offset in zip(fields, offsets, strict=True)]
+        keys = list(layout) if isinstance(layout, dict) else None
 
-        self.stacked = {key: zeros(part) for key, part in layout.items()} if isinstance(layout, dict) else zeros(layout)
+        def as_frames(views: list):
+            return dict(zip(keys, views, strict=True)) if keys is not None else views[0]
+
+        #: The staged newest frames ``[N, *frame_shape]`` on the host (numpy) and on the device.
+        self.new_on_host, self.new = as_frames(host_views[:-2]), as_frames(device_views[:-2])
+        #: The staged episode starts ``[N]`` (bool): the next acting step's ``first``.
+        self.starts_on_host, self.starts = host_views[-2], device_views[-2]
+        self.staged_on_host, self.staged = host_views[-1], device_views[-1]
+
+    @property
+    def pending(self) -> bool:
+        """Frames are staged that no push has taken yet."""
+        return bool(self.staged_on_host[0])
+
+    def stage(self, frames, episode_start: np.ndarray) -> None:
+        """The newest frames ``[N, ...]`` (a dict of them) and which envs they start an episode of."""
+        parts.map_parts(np.copyto, self.new_on_host, frames)
+        self.starts_on_host[:] = episode_start
+        self.staged_on_host[0] = True
 
     def reset(self, frames) -> None:
-        def start(stacked: torch.Tensor, new: np.ndarray) -> torch.Tensor:
-            return torch.cat([torch.zeros_like(stacked[:, 1:]), upload(new, self.device).unsqueeze(1)], dim=1)
+        """Every env starts an episode at ``frames`` (staged: the stack holds them after the next push)."""
+        self.stage(frames, np.ones(self.num_envs, dtype=bool))
 
-        self.stacked = parts.map_parts(start, self.stacked, frames)
+    def upload(self) -> None:
+        """The staging buffer to the device, in one copy that does not wait for the host."""
+        if self.device_buffer is not self.host_buffer:
+            self.device_buffer.copy_(self.host_buffer, non_blocking=self.cuda)
 
-    def push(self, frames, episode_start: np.ndarray) -> None:
-        starts = upload(np.asarray(episode_start, dtype=bool), self.device) if self.stack > 1 else None
+    def push(self, graphed: bool = False):
+        """Push the uploaded frames onto the stack, if staged, and return the stack: device operations
+        only, the staged flag read on the device if ``graphed`` (a graph replays them whatever the
+        flag), else on the host."""
+        if not graphed and not self.pending:
+            return self.stacked
 
-        def shift(stacked: torch.Tensor, new: np.ndarray) -> torch.Tensor:
+        def shift(stacked: torch.Tensor, new: torch.Tensor) -> None:
             older = stacked[:, 1:]
-            if starts is not None:
-                cleared = starts.reshape(-1, *([1] * (older.dim() - 1)))
-                older = torch.where(cleared, torch.zeros((), dtype=older.dtype, device=older.device), older)
-            return torch.cat([older, upload(new, self.device).unsqueeze(1)], dim=1)
+            if self.stack > 1:
+                older = older.masked_fill(self.starts.reshape(-1, *([1] * (older.dim() - 1))), 0)
+            shifted = torch.cat([older, new.unsqueeze(1)], dim=1)
+            if graphed:
+                shifted = torch.where(self.staged.reshape(*([1] * shifted.dim())), shifted, stacked)
+            stacked.copy_(shifted)
 
-        self.stacked = parts.map_parts(shift, self.stacked, frames)
+        parts.map_parts(shift, self.stacked, self.new)
+        return self.stacked
+
+    def pushed(self) -> None:
+        """The staged frames are on the stack (call it once the upload's copy has finished)."""
+        self.staged_on_host[0] = False
+
+    def current(self):
+        """The stack with any staged frames pushed (waits for the device)."""
+        if self.pending:
+            self.upload()
+            self.push()
+            if self.cuda:
+                torch.cuda.current_stream(self.device).synchronize()
+            self.pushed()
+        return self.stacked
 
 
 class Actor:
@@ -143,14 +224,20 @@ class Actor:
         if graph:
             if not self.device_stack:
                 raise ValueError("acting through a graph needs the frame stack on the device (device_stack)")
-            restore = tuple(self.normalizer.buffers()) if self.normalizer is not None else ()
-            self.graph = ActingGraph(self._choose, generator, restore, module=model)
+            restore = (*(self.normalizer.buffers() if self.normalizer is not None else ()), *parts.parts_of(self.stacker.stacked))
+            self.graph = ActingGraph(self._push_and_choose, generator, restore, module=model, adopt_inputs=True)
+        self._host_packed: torch.Tensor | None = None
 
     def _choose(self, obs, first: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """The acting step on device tensors: the normalizer's update, then :func:`choose_actions`."""
         if self.normalizer is not None:
             self.normalizer.update(obs)
         return choose_actions(self.net, self.distribution, obs, state, first, self.greedy, self.generator)
+
+    def _push_and_choose(self, new, starts: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """Acting's graph step: the staged frames (``new``, the device stack's own) pushed onto the
+        device stack, then :meth:`_choose` on it with ``first`` the staged episode starts."""
+        return self._choose(self.stacker.push(graphed=True), starts, state)
 
     def reset(self, frames) -> None:
         """Start every env's episode at ``frames`` (acting through a graph: its capture, the first time)."""
@@ -159,12 +246,12 @@ class Actor:
         self.state = self.model.initial_state(self.num_envs)
         self.first = np.ones(self.num_envs, dtype=bool)
         if self.graph is not None:
-            self.graph.prepare(self.stacker.stacked, upload(self.first, self.device), self.state)
+            self.graph.prepare(self.stacker.new, self.stacker.starts, self.state)
 
     @property
     def observation(self):
         """The current stacked observations ``[N, stack, ...]`` (a dict of them for a multi-part observation)."""
-        return self.stacker.stacked
+        return self.stacker.current() if self.device_stack else self.stacker.stacked
 
     @torch.inference_mode()
     def act(self) -> tuple[np.ndarray, np.ndarray]:
@@ -173,20 +260,21 @@ class Actor:
         Advances the recurrent state through the current observations.
         """
         dist = self.distribution
-        if self.device_stack:
-            obs, first = self.stacker.stacked, upload(self.first, self.device)
+        if self.device_stack:  # one upload, the push and the step (one replay), one copy back
+            stacker = self.stacker
+            stacker.upload()
+            if self.graph is not None:
+                packed, self.state = self.graph(stacker.new, stacker.starts, self.state)
+            else:
+                actions, stats, self.state = self._choose(stacker.push(), stacker.starts, self.state)
+                packed = pack(actions, stats)
+            actions, stats = self._packed_to_host(packed)
+            stacker.pushed()  # the upload has finished: the copy back waited for it
         else:
             obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
             first = torch.from_numpy(self.first).to(self.device)
-        if self.graph is not None:
-            packed, self.state = self.graph(obs, first, self.state)
-            actions, stats = self._packed_to_host(packed)
-        else:
             actions, stats, self.state = self._choose(obs, first, self.state)
-            if self.device_stack:
-                actions, stats = self._packed_to_host(pack(actions, stats))
-            else:
-                actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
+            actions, stats = actions.cpu().numpy(), stats.float().cpu().numpy()
         forced_envs, forced_actions = self.life_loss_actions.forced()
         if len(forced_envs):
             actions[forced_envs] = forced_actions
@@ -197,14 +285,17 @@ class Actor:
 
     def _packed_to_host(self, packed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """Actions and μ, packed (:func:`~acer_sync.rollout.acting_graph.pack`), in one copy to the
-        host (pinned on CUDA)."""
+        host (pinned on CUDA, into the same memory each step), waiting for it."""
         action_shape = self.distribution.action_shape
         width = int(np.prod(action_shape))
-        host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=packed.is_cuda)
-        host.copy_(packed, non_blocking=packed.is_cuda)
-        if packed.is_cuda:
-            torch.cuda.current_stream(packed.device).synchronize()
-        values = host.numpy()
+        cuda = self.device.type == "cuda"
+        if self._host_packed is None:  # [N, width + stat size], float32, whatever the step
+            self._host_packed = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=cuda)
+            self._host_values = self._host_packed.numpy()
+        self._host_packed.copy_(packed, non_blocking=cuda)
+        if cuda:
+            torch.cuda.current_stream(self.device).synchronize()
+        values = self._host_values
         action_values = values[:, :width].reshape(len(values), *action_shape)
         return action_values.astype(self.distribution.action_dtype), values[:, width:].copy()
 
@@ -238,5 +329,8 @@ class Actor:
         """Take the envs' next frames; ``episode_start`` marks the envs whose next observation
         starts an episode (stack cleared, state reset at the next :meth:`act`)."""
         self.life_loss_actions.step(life_lost, game_over)
-        self.stacker.push(frames, episode_start)
+        if self.device_stack:
+            self.stacker.stage(frames, episode_start)  # pushed by the next act()
+        else:
+            self.stacker.push(frames, episode_start)
         self.first = np.array(episode_start, dtype=bool)
