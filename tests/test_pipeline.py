@@ -108,6 +108,7 @@ def test_cuda_overlap_acts_on_a_stream_of_its_own(tmp_path):
     trainer, rows = overlap_run(tmp_path, device="cuda")
     stream = trainer.acting.stream
     assert stream is not None and trainer.runner.stream is stream and stream != torch.cuda.default_stream()
+    assert stream.priority < torch.cuda.current_stream().priority  # the scheduler starts acting's blocks first
     assert len(rows) == 60 and rows[-1]["updates"] > 0 and rows[-1]["nonfinite_updates"] == 0
     torch.cuda.synchronize()
     for acting, online in zip(trainer.acting.model.parameters(), trainer.model.parameters()):

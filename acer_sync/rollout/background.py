@@ -13,7 +13,10 @@ finishes first.
 
 On CUDA, acting runs on a stream of its own (:attr:`ActingCopy.stream`, the Runner's): its kernels
 do not queue behind the learner's, and its read of each step's actions and μ waits for acting's
-own work only, not for the updates queued on the learner's stream. The two streams meet only at
+own work only, not for the updates queued on the learner's stream. The stream has the higher
+priority: the collecting thread bounds the loop on a GPU (docs/performance.md) and waits for each
+acting step, where the learner's updates wait for nobody, so the GPU's scheduler starts acting's
+blocks before the queued blocks of an update. The two streams meet only at
 the exchange, on the device: the learner's stream waits for acting's last writes before it reads
 the statistics, and acting waits for the new weights before it reads them.
 """
@@ -31,6 +34,10 @@ from acer_sync.nets.networks import Network, named_buffer_slots, network_from_sp
 from acer_sync.replay.buffer import Segment
 from atari.envs import process_continues
 from atari.errors import EnvTimedOut, past_env_timeout
+
+#: Acting's CUDA stream priority (lower is higher; the default streams' is 0, and torch maps a value
+#: beyond the device's range to the nearest it has).
+ACTING_PRIORITY = -1
 
 
 class ActingCopy:
@@ -51,8 +58,8 @@ class ActingCopy:
         self._online_slots, self._acting_slots = list(online_slots.values()), list(acting_slots.values())
         self._gathered = ([acting_slots[name] for name in gathered], [online_slots[name] for name in gathered])
         self._learned = ([online_slots[name] for name in learned], [acting_slots[name] for name in learned])
-        #: The CUDA stream acting runs on (None off CUDA).
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        #: The CUDA stream acting runs on (None off CUDA), of a higher priority than the learner's.
+        self.stream = torch.cuda.Stream(device, priority=ACTING_PRIORITY) if device.type == "cuda" else None
         self.start()
 
     @torch.no_grad()
