@@ -61,6 +61,38 @@ def test_the_device_stack_holds_what_the_numpy_stack_holds(layout, graphed):
     assert not device.pending
 
 
+def test_frames_observed_twice_before_acting_are_both_stacked():
+    # Staged frames not yet pushed are pushed before the next ones are staged: a reset then two
+    # observations without acting leave what the numpy stack holds.
+    info = env_info("PongNoFrameskip-v4")
+    model = build_model(info, build_config(False, dict(env="PongNoFrameskip-v4")))
+    host, device = (Actor(model, info, 2, torch.device("cpu"), device_stack=flag) for flag in (False, True))
+    none = np.zeros(2, bool)
+    for actor in (host, device):
+        actor.reset(np.full((2, 84, 84), 1, np.uint8))
+        actor.observe(np.full((2, 84, 84), 2, np.uint8), none, none, none)
+        actor.observe(np.full((2, 84, 84), 3, np.uint8), np.array([True, False]), none, none)
+    np.testing.assert_array_equal(device.observation.numpy(), host.observation)
+    assert host.observation[1, :, 0, 0].tolist() == [0, 1, 2, 3] and host.observation[0, :, 0, 0].tolist() == [0, 0, 0, 3]
+
+
+def test_a_step_that_raises_after_the_push_leaves_nothing_staged(monkeypatch):
+    # The push comes first in acting's step: a network that raises after it (a torso's error) has
+    # its frames on the stack, and a later act() does not push them again.
+    info = env_info("PongNoFrameskip-v4")
+    model = build_model(info, build_config(False, dict(env="PongNoFrameskip-v4")))
+    actor = Actor(model, info, 2, torch.device("cpu"), device_stack=True)
+    actor.reset(np.full((2, 84, 84), 1, np.uint8))
+
+    def broken(obs, first, state):
+        raise RuntimeError("a torso's error")
+
+    monkeypatch.setattr(actor, "_choose", broken)
+    with pytest.raises(RuntimeError, match="a torso's error"):
+        actor.act()
+    assert not actor.stacker.pending and actor.observation[0, :, 0, 0].tolist() == [0, 0, 0, 1]
+
+
 def test_observing_on_the_device_stack_calls_no_torch_function():
     # The newest frames and episode starts are staged by numpy alone; act() uploads them in one copy.
     from torch.overrides import TorchFunctionMode

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -96,6 +98,8 @@ class DeviceFrameStack:
             self.stacked = parts.map_parts(zeros, layout) if isinstance(layout, dict) else zeros(layout)
             self.host_buffer = torch.zeros(size, dtype=torch.uint8, pin_memory=self.cuda)
             self.device_buffer = self.host_buffer if device.type == "cpu" else torch.zeros(size, dtype=torch.uint8, device=device)
+        if self.cuda:  # zeroed on this stream: done before acting's stream writes them
+            torch.cuda.current_stream(device).synchronize()
         host_bytes = self.host_buffer.numpy()
         host_views = [host_bytes[offset:offset + int(np.prod(shape)) * dtype.itemsize].view(dtype).reshape(shape)
                       for (shape, dtype), offset in zip(fields, offsets, strict=True)]
@@ -117,15 +121,19 @@ class DeviceFrameStack:
         """Frames are staged that no push has taken yet."""
         return bool(self.staged_on_host[0])
 
-    def stage(self, frames, episode_start: np.ndarray) -> None:
-        """The newest frames ``[N, ...]`` (a dict of them) and which envs they start an episode of."""
+    def stage(self, frames, episode_start: np.ndarray, replace: bool = False) -> None:
+        """The newest frames ``[N, ...]`` (a dict of them) and which envs they start an episode of.
+        Frames staged before and not yet pushed are pushed first (waiting for the device), unless
+        ``replace`` (a reset, which clears them anyway)."""
+        if self.pending and not replace:
+            self.current()
         parts.map_parts(np.copyto, self.new_on_host, frames)
         self.starts_on_host[:] = episode_start
         self.staged_on_host[0] = True
 
     def reset(self, frames) -> None:
         """Every env starts an episode at ``frames`` (staged: the stack holds them after the next push)."""
-        self.stage(frames, np.ones(self.num_envs, dtype=bool))
+        self.stage(frames, np.ones(self.num_envs, dtype=bool), replace=True)
 
     def upload(self) -> None:
         """The staging buffer to the device, in one copy that does not wait for the host."""
@@ -250,7 +258,9 @@ class Actor:
 
     @property
     def observation(self):
-        """The current stacked observations ``[N, stack, ...]`` (a dict of them for a multi-part observation)."""
+        """The current stacked observations ``[N, stack, ...]`` (a dict of them for a multi-part
+        observation). With the device stack it pushes staged frames first: read it only from the
+        thread that acts."""
         return self.stacker.current() if self.device_stack else self.stacker.stacked
 
     @torch.inference_mode()
@@ -263,13 +273,20 @@ class Actor:
         if self.device_stack:  # one upload, the push and the step (one replay), one copy back
             stacker = self.stacker
             stacker.upload()
-            if self.graph is not None:
-                packed, self.state = self.graph(stacker.new, stacker.starts, self.state)
-            else:
-                actions, stats, self.state = self._choose(stacker.push(), stacker.starts, self.state)
-                packed = pack(actions, stats)
-            actions, stats = self._packed_to_host(packed)
-            stacker.pushed()  # the upload has finished: the copy back waited for it
+            try:
+                if self.graph is not None:
+                    packed, self.state = self.graph(stacker.new, stacker.starts, self.state)
+                else:
+                    actions, stats, self.state = self._choose(stacker.push(), stacker.starts, self.state)
+                    packed = pack(actions, stats)
+                actions, stats = self._packed_to_host(packed)  # waits: the upload has finished
+            except BaseException:
+                if stacker.cuda:  # the upload may still read the staging buffer
+                    with contextlib.suppress(Exception):
+                        torch.cuda.current_stream(self.device).synchronize()
+                raise
+            finally:  # the push comes first in the step: the frames are on the stack
+                stacker.pushed()
         else:
             obs = parts.map_parts(lambda stacked: torch.from_numpy(stacked).to(self.device), self.stacker.stacked)
             first = torch.from_numpy(self.first).to(self.device)
