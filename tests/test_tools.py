@@ -266,7 +266,13 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
         assert fits or line["skipped"] == f"the time budget of {budget} s", line
     assert "skipped" not in lines[0]
     assert sum(line.get("skipped", "").startswith("the time budget") for line in settings) >= 2  # --compile update
-    assert lines[4]["report"] == "OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph"
+    graph = "--pipeline overlap --compile graph"
+    assert [line["report"] for line in settings] == [  # most telling first: the CUDA graph at 16, 64 and 32 envs, and in bf16
+        "--num-envs 16", f"--num-envs 16 {graph}", f"--num-envs 64 {graph}", f"--num-envs 32 {graph}",
+        f"--num-envs 16 {graph} --precision bf16", "--num-envs 16 --pipeline overlap --compile update",
+        "--num-envs 64 --pipeline overlap --compile update", f"OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 {graph}",
+        "--num-envs 16 --pipeline overlap", f"--num-envs 16 {graph} --replay-device cpu", "--num-envs 64",
+    ]
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
 
 

@@ -128,22 +128,23 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
 
 # Most telling first: bench.py's baseline (serial and eager, as in every report; train.py's defaults on
 # CUDA, --pipeline auto and --compile auto, are the overlapped --compile update rows), the CUDA tests, then overlapped with the update
-# as a CUDA graph (the fastest of the second report, at 16 and 64 envs), the same at 16 envs with
-# torch's OpenMP threads spinning as libgomp's default lets them (300,000 spins; bench.py, like
-# train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: at 64 envs on the H200 the env stepped 1.43x
-# faster inside the loop with it, end to end 1.14x), the update compiled without the graph, overlapped eager, the replay buffer
-# in host memory (batches upload on the side stream), then serial at 64 envs, bf16 and 32 envs.
+# as a CUDA graph (the fastest of the second and third reports) at 16, 64 and 32 envs, the same in bf16
+# (the third report's time ran out before these two), the update compiled without the graph (acting
+# eager), the same at 16 envs with torch's OpenMP threads spinning as libgomp's default lets them
+# (300,000 spins; bench.py, like train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: the third
+# report's contrast ran 0.85x), overlapped eager, the replay buffer in host memory (batches upload
+# on the side stream), then serial at 64 envs.
 TESTS_SECONDS=180  # pytest is killed 10 s after its SIGTERM: a training under test takes that signal as a stop
 setting --num-envs 16
 cuda_tests
 setting --num-envs 16 --pipeline overlap --compile graph
 setting --num-envs 64 --pipeline overlap --compile graph
-setting OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph
+setting --num-envs 32 --pipeline overlap --compile graph
+setting --num-envs 16 --pipeline overlap --compile graph --precision bf16
 setting --num-envs 16 --pipeline overlap --compile update
 setting --num-envs 64 --pipeline overlap --compile update
+setting OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 --pipeline overlap --compile graph
 setting --num-envs 16 --pipeline overlap
 setting --num-envs 16 --pipeline overlap --compile graph --replay-device cpu
 setting --num-envs 64
-setting --num-envs 16 --pipeline overlap --compile graph --precision bf16
-setting --num-envs 32 --pipeline overlap --compile graph
 echo "gpu_report: $(( $(date +%s) - start )) s in all; $out"
