@@ -10,9 +10,9 @@ recurrent state are copied in before a replay unless they are the static tensors
 Actor's: its staged newest frames and episode starts, uploaded in one copy, which its step pushes
 onto the device frame stack, see :class:`~acer_sync.rollout.actor.DeviceFrameStack`; and the state
 the last replay left), and the actions with μ come out packed in one tensor ``[N, action width +
-stat size]`` (the Actor brings it to the host in one pinned copy). The network's parameters and the running normalizer's
-statistics are read in place, so the weights an update or :class:`ActingCopy` writes into them
-are the weights the next replay acts with. The sample draws from the Actor's generator, registered
+stat size]`` (the Actor brings it to the host in one pinned copy). The network's parameters and
+the running normalizer's statistics are read in place, so the weights an update or
+:class:`ActingCopy` writes into them are the weights the next replay acts with. The sample draws from the Actor's generator, registered
 with the graph, so a seed gives one run.
 
 Off CUDA the same static-tensor step runs eagerly: tests on the CPU check it against the Actor's

@@ -39,8 +39,8 @@ class Runner:
     :param tracker: the training view of episodes (life loss, reward clipping, raw scores).
     :param fields: what a segment holds (:func:`acer_sync.replay.buffer.buffer_fields`).
     :param timer: charges time to the ``acting``, ``env`` (the env's step and the episode
-        bookkeeping) and ``observe`` (the frame stack's update: on CUDA, the newest frames' upload)
-        phases (bench.py).
+        bookkeeping) and ``observe`` (the frame stack's update: on CUDA, the newest frames staged
+        in pinned memory, which acting uploads and pushes) phases (bench.py).
     :param reward_scale: training rewards are multiplied by this (logged returns stay raw).
     :param precision: what the network's passes compute in (:mod:`acer_sync.nets.precision`).
     :param generator: the torch generator actions are sampled with (None: torch's global one).
