@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -274,6 +275,24 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
         "--num-envs 16 --pipeline overlap", f"--num-envs 16 {graph} --replay-device cpu", "--num-envs 64",
     ]
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
+
+
+def test_every_cuda_only_test_is_in_the_gpu_reports_files_and_named_for_its_selection(request):
+    # The GPU report runs `pytest $CUDA_TEST_FILES -k cuda`: a CUDA-only test in another file, or
+    # whose id lacks "cuda", would never run on a lent GPU. Every file that uses requires_cuda must
+    # be listed; every CUDA-only test collected in this session (all of them in .ci/run) must be
+    # in a listed file and selected by -k cuda.
+    script = (ROOT / "tools" / "gpu_report.sh").read_text()
+    listed = set(re.search(r'^CUDA_TEST_FILES="([^"]+)"', script, re.MULTILINE).group(1).split())
+    mark = "requires" + "_cuda"  # as a decorator or a parameter's mark (spelled apart: this file uses neither)
+    using = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")
+             if re.search(rf"^\s*@{mark}$|marks={mark}\b", path.read_text(), re.MULTILINE)}
+    assert using <= listed, f"CUDA-only tests outside the GPU report's files: {sorted(using - listed)}"
+    assert all((ROOT / name).is_file() for name in listed)
+    cuda_only = [item for item in request.session.items
+                 if any("needs CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))]
+    for item in cuda_only:
+        assert f"tests/{item.path.name}" in listed and "cuda" in item.nodeid.lower(), item.nodeid
 
 
 def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):

@@ -113,9 +113,10 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
     summary="not run: the time budget of $BUDGET s"
   elif [ "$DEVICE" = cuda ]; then
     echo "== the CUDA tests" >> "$log"
-    summary=$(timeout -k 10 "$cut" "$PY" -m pytest -v -rfE -p no:cacheprovider tests/test_precision.py \
-      tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py tests/test_acting_path.py -k cuda 2>&1 | tee -a "$log" | tail -1)
-    # -v: each test's line goes to the log as it ends, so a run cut short still shows which passed
+    summary=$(timeout -k 10 "$cut" "$PY" -m pytest -v -rfE -p no:cacheprovider -o faulthandler_timeout=60 --durations=15 \
+      $CUDA_TEST_FILES -k cuda 2>&1 | tee -a "$log" | tail -1)
+    # -v: each test's line goes to the log as it ends, so a run cut short still shows which passed;
+    # a test that hangs leaves its threads' stacks there (faulthandler), and the slowest are timed
     [[ $summary =~ (passed|failed|error|skipped|deselected|no\ tests\ ran).*\ in\ [0-9.]+s ]] \
       || summary="no summary line (cut at $cut s; its last line: ${summary:-none})"
   else
@@ -134,7 +135,10 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
 # (300,000 spins; bench.py, like train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: the third
 # report's contrast ran 0.85x), overlapped eager, the replay buffer in host memory (batches upload
 # on the side stream), then serial at 64 envs.
-TESTS_SECONDS=180  # pytest is killed 10 s after its SIGTERM: a training under test takes that signal as a stop
+TESTS_SECONDS=240  # pytest is killed 10 s after its SIGTERM: a training under test takes that signal as a stop
+# The files holding CUDA-only tests (tests/test_tools.py checks that every test marked requires_cuda
+# is in one of them, with cuda in its name), the acting path's first: it changed since the last report.
+CUDA_TEST_FILES="tests/test_acting_path.py tests/test_precision.py tests/test_compiled_update.py tests/test_cuda_replay.py tests/test_pipeline.py tests/test_torsos.py"
 setting --num-envs 16
 cuda_tests
 setting --num-envs 16 --pipeline overlap --compile graph

@@ -38,4 +38,4 @@ fi
 # the files whose CUDA tests the GPU report runs, the acting path, bench, and the frozen references
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_compiled_update.py tests/test_pipeline.py \
   tests/test_precision.py tests/test_cuda_replay.py tests/test_acting_path.py tests/test_bench.py \
-  tests/test_time_limits.py "$@"
+  tests/test_time_limits.py tests/test_torsos.py "$@"
