@@ -284,9 +284,9 @@ def test_every_cuda_only_test_is_in_the_gpu_reports_files_and_named_for_its_sele
     # in a listed file and selected by -k cuda.
     script = (ROOT / "tools" / "gpu_report.sh").read_text()
     listed = set(re.search(r'^CUDA_TEST_FILES="([^"]+)"', script, re.MULTILINE).group(1).split())
-    mark = "requires" + "_cuda"  # as a decorator or a parameter's mark (spelled apart: this file uses neither)
+    name = "requires" + "_cuda"  # as a decorator or a parameter's mark (spelled apart: this file uses neither)
     using = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")
-             if re.search(rf"^\s*@{mark}$|marks={mark}\b", path.read_text(), re.MULTILINE)}
+             if re.search(rf"^\s*@{name}$|marks={name}\b", path.read_text(), re.MULTILINE)}
     assert using <= listed, f"CUDA-only tests outside the GPU report's files: {sorted(using - listed)}"
     assert all((ROOT / name).is_file() for name in listed)
     cuda_only = [item for item in request.session.items
