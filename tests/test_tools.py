@@ -254,11 +254,14 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     assert lines[0]["env"] == "CartPole-v1"  # Pong's bench line: tests/test_bench.py
     # The baseline, then the CUDA tests (whatever the timings take), then the other settings.
     assert lines[1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
-    assert len(lines) == 12  # 11 settings and the tests
+    assert len(lines) == 13  # 11 settings, the tests and the env groups' probe
     settings = [lines[0], *lines[2:]]
     started = [line["started_s"] for line in settings]
     assert started == sorted(started) and started[0] >= 0
     for line in settings:
+        if line["report"].startswith("env groups"):  # tools/env_groups.py steps ALE's vector env
+            assert line["skipped"] == "the probe steps ALE's vector env: Atari games only", line
+            continue
         if "graph" in line["report"]:
             assert line["skipped"] == "--compile graph needs CUDA", line
             continue
@@ -269,12 +272,30 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     assert sum(line.get("skipped", "").startswith("the time budget") for line in settings) >= 2  # --compile update
     graph = "--pipeline overlap --compile graph"
     assert [line["report"] for line in settings] == [  # most telling first: the CUDA graph at 16, 64 and 32 envs, and in bf16
-        "--num-envs 16", f"--num-envs 16 {graph}", f"--num-envs 64 {graph}", f"--num-envs 32 {graph}",
+        "--num-envs 16", f"--num-envs 16 {graph}", "env groups --num-envs 16 --groups 2 --acting-ms 0.1,0.3 --seconds 5",
+        f"--num-envs 64 {graph}", f"--num-envs 32 {graph}",
         f"--num-envs 16 {graph} --precision bf16", "--num-envs 16 --pipeline overlap --compile update",
         "--num-envs 64 --pipeline overlap --compile update", f"OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 {graph}",
         "--num-envs 16 --pipeline overlap", f"--num-envs 16 {graph} --replay-device cpu", "--num-envs 64",
     ]
     assert "== bench.py --num-envs 16" in report.with_suffix(".log").read_text()
+
+
+def test_the_env_groups_probe_times_both_shapes_for_each_acting_time():
+    # tools/env_groups.py, which the GPU report runs: one JSON line per acting time, the envs as one
+    # group and as groups stepping at the same time; a bad split is one line and exit 2.
+    command = [sys.executable, str(ROOT / "tools" / "env_groups.py"), "--num-envs", "4", "--groups", "2"]
+    result = subprocess.run([*command, "--acting-ms", "0,0.2", "--seconds", "0.3"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["acting_ms"] for line in lines] == [0.0, 0.2]
+    for line in lines:
+        assert line["probe"] == "env_groups" and line["env"] == "PongNoFrameskip-v4" and line["groups"] == 2
+        assert line["one_group_steps_per_sec"] > 0 and line["groups_steps_per_sec"] > 0
+        assert line["ratio"] == pytest.approx(line["groups_steps_per_sec"] / line["one_group_steps_per_sec"], abs=2e-3)
+    result = subprocess.run([*command[:-1], "3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "must split into --groups (3) of equal size" in result.stderr.splitlines()[-1]
 
 
 def test_every_cuda_only_test_is_in_the_gpu_reports_files_and_named_for_its_selection(request):
@@ -309,7 +330,7 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines[0] == {"report": "--num-envs 16", "started_s": lines[0]["started_s"], "failed": "cut at 2 s (exit 124)"}
     assert 0 <= lines[0]["started_s"] <= 45
-    assert lines[1]["report"] == "cuda tests" and len(lines) == 12
+    assert lines[1]["report"] == "cuda tests" and len(lines) == 13
 
 
 def gpu_tools_copy(tmp_path: Path, wheels: list[str] | None = None) -> Path:

@@ -106,6 +106,32 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   esac
 }
 
+probe() {  # tools/env_groups.py's flags: whether env groups stepping at the same time would hide acting
+  local elapsed=$(( $(date +%s) - start )) label="env groups $*" line code
+  local head="\"report\": \"$label\", \"started_s\": $elapsed"
+  case $ENV_ID in *NoFrameskip*|ALE/*) ;; *)
+    echo "{$head, \"skipped\": \"the probe steps ALE's vector env: Atari games only\"}" >> "$out"
+    echo "  skipped (not Atari): $label"
+    return ;;
+  esac
+  if [ $(( elapsed + PROBE_SECONDS )) -gt "$BUDGET" ]; then
+    echo "{$head, \"skipped\": \"the time budget of $BUDGET s\"}" >> "$out"
+    echo "  skipped (time): $label"
+    return
+  fi
+  local cut=$(( PROBE_SECONDS + 30 ))
+  [ "$cut" -le $(( BUDGET + GRACE - elapsed )) ] || cut=$(( BUDGET + GRACE - elapsed ))  # never past the budget's end
+  echo "== tools/env_groups.py $*" >> "$log"
+  timeout -k 5 "$cut" "$PY" tools/env_groups.py --env "$ENV_ID" "$@" 2>>"$log" > "$OUT_DIR/.probe"
+  code=$?
+  while read -r line; do  # one JSON line per acting time
+    [ "${line:0:1}" = "{" ] && echo "{$head, ${line:1}" >> "$out"
+  done < "$OUT_DIR/.probe"
+  rm -f "$OUT_DIR/.probe"
+  [ "$code" = 0 ] || echo "{$head, \"failed\": \"exit $code (the log has its error)\"}" >> "$out"
+  echo "  done: $label ($(( $(date +%s) - start )) s)"
+}
+
 cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget leaves
   local summary cut=$(( BUDGET + GRACE - ($(date +%s) - start) ))
   [ "$cut" -le "$TESTS_SECONDS" ] || cut=$TESTS_SECONDS
@@ -129,7 +155,9 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
 
 # Most telling first: bench.py's baseline (serial and eager, as in every report; train.py's defaults on
 # CUDA, --pipeline auto and --compile auto, are the overlapped --compile update rows), the CUDA tests, then overlapped with the update
-# as a CUDA graph (the fastest of the second and third reports) at 16, 64 and 32 envs, the same in bf16
+# as a CUDA graph (the fastest of the second and third reports) at 16 envs, then the env groups'
+# probe (tools/env_groups.py: whether groups of envs stepping at the same time would hide acting,
+# 16 envs in 2 groups, acting standing in as a 0.1 and a 0.3 ms spin), the graph at 64 and 32 envs, the same in bf16
 # (the third report's time ran out before these two), the update compiled without the graph (acting
 # eager), the same at 16 envs with torch's OpenMP threads spinning as libgomp's default lets them
 # (300,000 spins; bench.py, like train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: the third
@@ -142,6 +170,8 @@ CUDA_TEST_FILES="tests/test_acting_path.py tests/test_precision.py tests/test_co
 setting --num-envs 16
 cuda_tests
 setting --num-envs 16 --pipeline overlap --compile graph
+PROBE_SECONDS=35  # two acting times, each shape 5 s, and the envs' start
+probe --num-envs 16 --groups 2 --acting-ms 0.1,0.3 --seconds 5
 setting --num-envs 64 --pipeline overlap --compile graph
 setting --num-envs 32 --pipeline overlap --compile graph
 setting --num-envs 16 --pipeline overlap --compile graph --precision bf16
