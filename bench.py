@@ -122,6 +122,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--replay-device", choices=REPLAY_DEVICES, default="auto",
                         help="as train.py --replay-device: auto (default; the GPU where the buffer fits), cpu or cuda")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="what the networks' passes compute in, as train.py --precision (default: fp32)")
+    parser.add_argument("--env-groups", type=int, default=1,
+                        help="as train.py --env-groups: step the ale envs in this many groups, one group's actions chosen while the others step (default: 1)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line holding every figure")
     return parser.parse_args(argv)
 
@@ -186,7 +188,7 @@ def timed_loop(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
 
 
 def bench_env(info, config, seconds: float) -> float:
-    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), timeout=config.env_timeout)
+    env = VecEnv(info, config.num_envs, choose_backend(info, config.vec_env), timeout=config.env_timeout, groups=config.env_groups)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     try:
@@ -210,7 +212,7 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
     steps/s of the put and ``learn()`` alone (on CUDA the device is synchronized after them, as
     acting's first step would wait for them on the same stream)."""
     cfg, info = trainer.config, trainer.info
-    actor, fields = trainer.runner.actor, trainer.fields
+    actors, fields = trainer.runner.actors, trainer.fields  # one per group of envs (--env-groups)
     def randomize(stacked):  # the numpy stack, or the device stack's tensors (on CUDA)
         if isinstance(stacked, torch.Tensor):
             stacked.copy_(torch.from_numpy(fill_random(rng, np.zeros(tuple(stacked.shape), numpy_dtype(stacked.dtype)))))
@@ -218,13 +220,15 @@ def bench_learner(trainer: Trainer, seconds: float, rng: np.random.Generator) ->
             fill_random(rng, stacked)
 
     synchronize(trainer.device)  # the collecting stream's last stack update lands before these writes
-    parts.map_parts(randomize, actor.observation)
+    for actor in actors:
+        parts.map_parts(randomize, actor.observation)
     segments = [synthetic_segment(rng, info, fields, cfg.num_envs, cfg.nsteps) for _ in range(LEARNER_SEGMENTS)]
     learning = {"seconds": 0.0, "calls": 0}
 
     def iteration():
         for _ in range(cfg.nsteps):
-            actor.act()
+            for actor in actors:
+                actor.act()
         start = time.perf_counter()
         trainer.buffer.put(segments[learning["calls"] % len(segments)])
         trainer.learn()
@@ -434,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--seconds must be a positive number")
     overrides = dict(env=args.env, device=args.device, num_envs=args.num_envs, replay_ratio=args.replay_ratio, compile=args.compile,
                      precision=args.precision, network=args.network, pipeline=args.pipeline,
-                     replay_device=args.replay_device,
+                     replay_device=args.replay_device, env_groups=args.env_groups,
                      buffer_size=BENCH_BUFFER_STEPS, replay_start=0, eval_every=0, log_interval=10**9, log_seconds=0,
                      checkpoint_every=10**12, total_timesteps=10**12)
     info = env_info(args.env)
@@ -532,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         "precision": config.precision,
         "bf16_passes": runs_in_bf16(trainer.model, config.precision),
         "env_backend": choose_backend(info, config.vec_env),
+        "env_groups": config.env_groups,
         "versions": package_versions(),
     }
     print(f"end to end      {result['steps_per_sec']:>10.1f} steps/s ({result['frames_per_sec']:.0f} frames/s; "

@@ -765,6 +765,12 @@ class VecEnv:
     lives and for non-Atari envs. ``noop_max`` 0 makes Atari resets deterministic (for tests).
     ``num_threads`` caps the ALE backend's threads (0: one per env, up to the core count).
 
+    On the ALE backend the envs may form ``groups`` of equal size, each an ALE vector env of its
+    own (its threads a share of ``num_threads``) whose step is sent (:meth:`send`) and received
+    (:meth:`recv`) apart, so that one group steps while another's actions are chosen (the Runner's
+    ``--env-groups``). Env i is seeded as in one group; :meth:`step` sends every group's actions,
+    then receives them in order.
+
     After each step, ``final_frames[i]`` is the last frame of the episode env i just ended (the
     frame returned is already the next episode's first, as autoreset is SAME_STEP), for the envs
     where ``final_mask[i]``; a truncated episode bootstraps from it.
@@ -783,10 +789,16 @@ class VecEnv:
 
     def __init__(
         self, info: EnvInfo, num_envs: int, backend: str, render_mode: str | None = None, noop_max: int = NOOP_MAX,
-        num_threads: int = 0, timeout: float = 0.0,
+        num_threads: int = 0, timeout: float = 0.0, groups: int = 1,
     ):
         self.info = info
         self.num_envs = num_envs
+        if groups < 1 or num_envs % groups:
+            raise UserError(f"--env-groups {groups} must divide --num-envs {num_envs} into groups of equal size")
+        if groups > 1 and backend != "ale":
+            raise UserError(f"--env-groups {groups} steps ALE's vector envs apart: it needs --vec-env ale (an Atari game)")
+        #: How many groups the envs step in (:meth:`send`, :meth:`recv`), and each one's envs.
+        self.groups, self.group_size = groups, num_envs // groups
         self.backend = backend
         self.timeout = timeout
         self.steps = 0  # vector steps taken, for the messages
@@ -815,10 +827,11 @@ class VecEnv:
                     f"{unsupported[0]}; use --vec-env subproc for it"
                 )
             kwargs = {**resolve_spec(info.env_id).kwargs, **info.env_kwargs}
-            self.env = AtariVectorEnv(
+            size, threads = self.group_size, max(1, min(num_envs, num_threads or os.cpu_count() or 1) // groups)
+            self.group_envs = [AtariVectorEnv(
                 kwargs["game"],
-                num_envs,
-                num_threads=min(num_envs, num_threads or os.cpu_count() or 1),
+                size,
+                num_threads=min(size, threads),
                 max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108_000),
                 repeat_action_probability=kwargs.get("repeat_action_probability", 0.0),
                 full_action_space=kwargs.get("full_action_space", False),
@@ -831,7 +844,8 @@ class VecEnv:
                 episodic_life=False,
                 reward_clipping=False,
                 use_fire_reset=True,
-            )
+            ) for _ in range(groups)]
+            self.env = self.group_envs[0]  # its spaces; with groups, calls go through each group's
         elif backend in ("subproc", "sync"):
             same_step = gym.vector.AutoresetMode.SAME_STEP
             fns = [lambda: make_gym_env(info.env_id, render_mode, noop_max, info.env_kwargs, info.legacy_images)] * num_envs
@@ -846,6 +860,7 @@ class VecEnv:
                 raise
             except (Exception, SystemExit) as error:  # noqa: BLE001 - an env that env_info made fails when made again (in a worker)
                 raise _env_raised(info.env_id, error, "when made for the run") from None
+            self.group_envs = [self.env]
         else:
             raise UserError(f"unknown vector backend {backend!r}; choose from {', '.join(BACKENDS)}")
         # a Box's own float dtype (float16, float64): gymnasium checks the action is in the space
@@ -874,12 +889,12 @@ class VecEnv:
                                 f"{self.steps}, beyond float32's range (±3.4e38): scale the env's observations")
         return observations.astype(dtype, copy=False)
 
-    def _lives(self, info: dict) -> np.ndarray:
+    def _lives(self, info: dict, size: int | None = None) -> np.ndarray:
         """The lives of an Atari game (life loss ends training's episodes there); another env's
         ``info["lives"]``, only logged (play.py --actions), is read where it is a whole number per env."""
         lives = info.get("lives", None)
         if lives is None:
-            return np.zeros(self.num_envs, dtype=np.int64)
+            return np.zeros(size or self.num_envs, dtype=np.int64)
         if self.info.atari:
             return np.asarray(lives, dtype=np.int64)
         try:
@@ -972,7 +987,7 @@ class VecEnv:
                       what: str = "observation") -> None:
         """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or
         observation (``what``), of the envs where ``rows`` (all where None)."""
-        observations = [part.reshape(self.num_envs, -1) for part in parts.parts_of(frames) if part.dtype.kind == "f"]
+        observations = [part.reshape(len(part), -1) for part in parts.parts_of(frames) if part.dtype.kind == "f"]
         if rows is not None:
             observations = [np.where(rows[:, None], part, 0) for part in observations]
         if (rewards is None or np.isfinite(rewards).all()) and all(np.isfinite(part).all() for part in observations):
@@ -982,7 +997,7 @@ class VecEnv:
         for what, values in checks:
             finite = np.isfinite(values)
             if not finite.all():
-                index = int(np.flatnonzero(~finite.reshape(self.num_envs, -1).all(axis=1))[0])
+                index = int(np.flatnonzero(~finite.reshape(len(finite), -1).all(axis=1))[0])
                 value = values[index] if values.ndim == 1 else values[index][~finite[index]][0]
                 raise EnvFailed(
                     f"env {index} of {self.info.env_id} returned a non-finite {what} ({value}) at its vector step {self.steps}"
@@ -994,21 +1009,28 @@ class VecEnv:
         resumes) is taken modulo 2**31 - 1 - N, the same seed always to the same."""
         if seed is not None and self.backend == "ale":
             seed %= ALE_SEED_SPAN - self.num_envs  # it seeds env i with seed + i
-        obs, info = self._call("reset", self.env.reset, seed=seed)
-        frames = self._frames(obs)
-        self._check_finite(frames, None)
-        return frames, self._lives(info)
+        if self.groups == 1:
+            obs, info = self._call("reset", self.env.reset, seed=seed)
+            frames = self._frames(obs)
+            self._check_finite(frames, None)
+            return frames, self._lives(info)
+        done = []  # group g's env i is env g * group_size + i, seeded as in one group
+        for group, env in enumerate(self.group_envs):
+            obs, info = self._call("reset", env.reset, seed=None if seed is None else seed + group * self.group_size)
+            done.append((self._frames(obs), self._lives(info, self.group_size)))
+        return _concatenated([frames for frames, _ in done]), np.concatenate([lives for _, lives in done])
 
-    def _record_final(self, info: dict, ended: np.ndarray) -> None:
+    def _record_final(self, info: dict, ended: np.ndarray, first: int = 0) -> None:
         """Keep the final frames: gymnasium masks them with ``_final_obs``; ale-py's vector env
-        returns ``final_obs`` for every env, meaningful where the episode ended."""
-        self.final_mask[:] = False
+        returns ``final_obs`` for every env, meaningful where the episode ended. ``info`` and
+        ``ended`` are those of the envs from ``first`` on (a group's)."""
+        self.final_mask[first:first + len(ended)] = False
         if "final_obs" not in info:
             return
         # only where an episode ended: a key final_obs of the env's own info shows on its other steps
         mask = np.asarray(info.get("_final_obs", ended), dtype=bool) & ended
-        for index in np.flatnonzero(mask):
-            final = info["final_obs"][index]
+        for row in np.flatnonzero(mask):
+            final, index = info["final_obs"][row], first + row
             try:
                 parts.assign(self.final_frames, index, np.asarray(final)[0] if self.backend == "ale" else final)
             except (ValueError, TypeError, KeyError, IndexError):
@@ -1018,24 +1040,41 @@ class VecEnv:
             self.final_mask[index] = True
 
     def step(self, actions: np.ndarray):
+        if self.groups > 1:  # every group's actions sent, then each group's step received, in order
+            size = self.group_size
+            for group in range(self.groups):
+                self.send(group, actions[group * size:(group + 1) * size])
+            stepped = [self.recv(group) for group in range(self.groups)]
+            return (_concatenated([step[0] for step in stepped]), *(np.concatenate(values) for values in list(zip(*stepped))[1:]))
         obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=self.action_dtype))
         self.steps += 1
+        return self._stepped(obs, rewards, terminated, truncated, info)
+
+    def send(self, group: int, actions: np.ndarray) -> None:
+        """Start group ``group``'s step with its envs' ``actions`` (``[group_size, ...]``); :meth:`recv` ends it."""
+        self._call("step", self.group_envs[group].send, np.asarray(actions, dtype=self.action_dtype))
+
+    def recv(self, group: int):
+        """Group ``group``'s step, sent before: :meth:`step`'s arrays for its envs (``final_frames``
+        and ``final_mask`` are updated in their rows)."""
+        obs, rewards, terminated, truncated, info = self._call("step", self.group_envs[group].recv)
+        if group == self.groups - 1:
+            self.steps += 1
+        return self._stepped(obs, rewards, terminated, truncated, info, group * self.group_size)
+
+    def _stepped(self, obs, rewards, terminated, truncated, info, first: int = 0):
+        """A step's arrays for the envs from ``first`` on, checked, their final frames kept."""
         frames = self._frames(obs)
         rewards = self._rewards_in_range(np.asarray(rewards, dtype=np.float64))
         self._check_finite(frames, rewards)
-        self._record_final(info, np.logical_or(terminated, truncated))
+        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+        self._record_final(info, terminated | truncated, first)
         # Only a cut episode's final observation is read (its V bootstraps Q^ret); a terminal one
         # never is, and an env may end an episode because its state diverged (MuJoCo's is_healthy).
-        cut = self.final_mask & np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)
+        cut = self.final_mask[first:first + len(rewards)] & truncated & ~terminated
         if self._float_frames and cut.any():
             self._check_finite(self.final_frames, None, cut, "final observation at a time-limit cut")
-        return (
-            frames,
-            rewards,
-            np.asarray(terminated, dtype=bool),
-            np.asarray(truncated, dtype=bool),
-            self._lives(info),
-        )
+        return frames, rewards, terminated, truncated, self._lives(info, len(rewards))
 
     def first_env(self) -> gym.Env:
         """Env 0 itself, wrappers included (the ``sync`` backend only: the others hold no env here)."""
@@ -1064,7 +1103,8 @@ class VecEnv:
             healthy = not (self.broken or any(p.exitcode is not None for p in processes))
             if healthy or not processes:
                 try:
-                    self._call("close", self.env.close)
+                    for env in self.group_envs:
+                        self._call("close", env.close)
                     if processes and not self.env.error_queue.empty():  # a worker's env raised in its close, then exited
                         CLOSE_LOG.warning(f"{self.info.env_id} {self.env.error_queue.get()[2]}; its worker process ended")
                     return
@@ -1091,6 +1131,11 @@ class VecEnv:
                 self.env.close(terminate=True)
             except Exception:  # noqa: BLE001 - the env already failed, and that failure is being reported
                 pass
+
+
+def _concatenated(frames: list):
+    """Groups' frames (arrays, or dicts of them) as the frames of all their envs, in order."""
+    return parts.map_parts(lambda *group_parts: np.concatenate(group_parts), *frames)
 
 
 def choose_backend(info: EnvInfo, requested: str = "") -> str:

@@ -58,29 +58,34 @@ class EpisodeTracker:
         self.running_return[:] = 0.0
         self.running_length[:] = 0
 
-    def step(self, raw_rewards, terminated, truncated, lives) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Account one vector step.
+    def step(self, raw_rewards, terminated, truncated, lives, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Account one vector step of the envs in ``rows`` (all of them, or a group's: the arrays
+        are theirs; ``finished`` and ``life_lost`` then name those envs alone).
 
         :return: ``(train_rewards, train_dones, game_over)``: the rewards and dones to train on,
             and which envs finished a full game (their next frame starts a new game).
         """
         game_over = np.logical_or(terminated, truncated)
-        self.running_return += raw_rewards
-        self.running_length += 1
-        self.finished = [(int(i), float(self.running_return[i])) for i in np.flatnonzero(game_over)]
+        running_return, running_length = self.running_return[rows], self.running_length[rows]  # views
+        running_return += raw_rewards
+        running_length += 1
+        first = rows.start or 0
+        self.finished = [(first + int(i), float(running_return[i])) for i in np.flatnonzero(game_over)]
         for i in np.flatnonzero(game_over):
-            self.recent_returns.append(float(self.running_return[i]))
-            self.recent_lengths.append(int(self.running_length[i]))
+            self.recent_returns.append(float(running_return[i]))
+            self.recent_lengths.append(int(running_length[i]))
             self.episodes += 1
-        self.running_return[game_over] = 0.0
-        self.running_length[game_over] = 0
+        running_return[game_over] = 0.0
+        running_length[game_over] = 0
 
         lives = np.asarray(lives, dtype=np.int64)
-        self.life_lost = lost_life(lives, self.lives, game_over)
+        life_lost = lost_life(lives, self.lives[rows], game_over)
+        self.life_lost = life_lost if rows == slice(None) else np.zeros(len(self.lives), dtype=bool)
+        self.life_lost[rows] = life_lost
         train_dones = game_over.copy()
         if self.life_loss_ends_episode:
-            train_dones |= self.life_lost
-        self.lives = lives.copy()
+            train_dones |= life_lost
+        self.lives[rows] = lives
         train_rewards = np.sign(raw_rewards) if self.clip_rewards else raw_rewards
         return train_rewards.astype(np.float32), train_dones, game_over
 

@@ -98,6 +98,31 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def breakout_with_an_lstm():
+    """Breakout (frame stacks cleared at lost lives, the forced FIRE after them) and a small
+    ``cnn_lstm`` for it, seeded: ``(info, model, the buffer's fields)``, for collections compared bit for bit."""
+    from acer_sync.base.config import build_config
+    from acer_sync.nets.build import build_model
+    from acer_sync.nets.distributions import distribution_for
+    from acer_sync.replay.buffer import buffer_fields
+    from atari.envs import env_info
+
+    info = env_info("BreakoutNoFrameskip-v4")
+    torch.manual_seed(0)
+    model = build_model(info, build_config(False, dict(env="BreakoutNoFrameskip-v4", network="cnn_lstm", lstm_size=16)))
+    return info, model, buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes)
+
+
+def assert_segments_equal(expected, got, rows: slice = slice(None), where: object = None) -> None:
+    """Every field of Segment ``expected`` equals, bit for bit, the env columns ``rows`` of ``got``
+    (its recurrent state's rows), ``where`` naming the pair in a failure."""
+    for name, value in expected._asdict().items():
+        if name == "state":
+            assert all(np.array_equal(a, b[rows]) for a, b in zip(value, got.state, strict=True)), (where, name)
+        else:
+            assert np.array_equal(value, getattr(got, name)[:, rows]), (where, name)
+
+
 def random_batch(T, N, obs_shape, n_actions, gaussian, seed, frames=False, timeout_values=None) -> dict:
     """The fields of a random update batch (obs [T+1, N, ...], actions, μ, rewards, dones), from ``seed``.
 

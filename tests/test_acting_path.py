@@ -19,7 +19,7 @@ from acer_sync.rollout.actor import Actor, DeviceFrameStack
 from atari import parts
 from atari.envs import VecEnv, env_info
 from atari.stacking import FrameStacker
-from helpers import ROOT, requires_cuda
+from helpers import ROOT, assert_segments_equal, breakout_with_an_lstm, requires_cuda
 
 
 @pytest.mark.parametrize("graphed", [False, True], ids=["eager-push", "graphed-push"])
@@ -97,16 +97,10 @@ def test_a_runner_acting_through_the_device_stacks_graph_step_collects_the_numpy
     # The whole collection on Breakout (frame stacks of 4 cleared at lost lives, the forced FIRE
     # after them, an LSTM state carried into each segment): the device stack pushed inside the
     # graph's static-tensor step (CUDA's path, run eagerly here) against the numpy stack, bit for bit.
-    from acer_sync.nets.distributions import distribution_for
-    from acer_sync.replay.buffer import buffer_fields
     from acer_sync.rollout.runner import Runner
     from atari.episodes import EpisodeTracker
 
-    info = env_info("BreakoutNoFrameskip-v4")
-    config = build_config(False, dict(env="BreakoutNoFrameskip-v4", network="cnn_lstm", lstm_size=16))
-    torch.manual_seed(0)
-    model = build_model(info, config)
-    fields = buffer_fields(info.frame_shape, info.frame_dtype, distribution_for(info), model.state_shapes)
+    info, model, fields = breakout_with_an_lstm()
     runs, trackers = [], []
     for device_stack in (False, True):
         env = VecEnv(info, 2, "ale")
@@ -114,18 +108,14 @@ def test_a_runner_acting_through_the_device_stacks_graph_step_collects_the_numpy
         tracker = EpisodeTracker(2, True, True)
         runner = Runner(env, model, torch.device("cpu"), 20, tracker, fields, generator=generator)
         if device_stack:
-            runner.actor = Actor(model, info, 2, torch.device("cpu"), generator=generator, update_normalizer=True,
-                                 device_stack=True, graph=True)
+            runner.actor = runner.actors[0] = Actor(model, info, 2, torch.device("cpu"), generator=generator,
+                                                    update_normalizer=True, device_stack=True, graph=True)
         runner.reset(seed=0)
         runs.append([runner.run() for _ in range(8)])
         trackers.append(tracker)
         env.close()
-    for step, (numpy_segment, device_segment) in enumerate(zip(*runs, strict=True)):
-        for name, expected in numpy_segment._asdict().items():
-            got = device_segment._asdict()[name]
-            for expected_part, got_part in zip(expected if name == "state" else [expected], got if name == "state" else [got],
-                                               strict=True):
-                assert np.array_equal(expected_part, got_part), (step, name)
+    for index, (numpy_segment, device_segment) in enumerate(zip(*runs, strict=True)):
+        assert_segments_equal(numpy_segment, device_segment, where=index)
     dones = np.concatenate([segment.dones for segment in runs[0]])
     assert dones.any() and trackers[0].counted() == trackers[1].counted()  # lost lives cleared the stacks
 

@@ -254,7 +254,7 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     assert lines[0]["env"] == "CartPole-v1"  # Pong's bench line: tests/test_bench.py
     # The baseline, then the CUDA tests (whatever the timings take), then the other settings.
     assert lines[1] == {"report": "cuda tests", "summary": "no CUDA: the CUDA-only tests were not run"}
-    assert len(lines) == 13  # 11 settings, the tests and the env groups' probe
+    assert len(lines) == 14  # 12 settings, the tests and the env groups' probe
     settings = [lines[0], *lines[2:]]
     started = [line["started_s"] for line in settings]
     assert started == sorted(started) and started[0] >= 0
@@ -272,8 +272,8 @@ def test_the_gpu_report_dry_run_on_the_cpu_writes_a_bench_line_and_skips_what_th
     assert sum(line.get("skipped", "").startswith("the time budget") for line in settings) >= 2  # --compile update
     graph = "--pipeline overlap --compile graph"
     assert [line["report"] for line in settings] == [  # most telling first: the CUDA graph at 16, 64 and 32 envs, and in bf16
-        "--num-envs 16", f"--num-envs 16 {graph}", "env groups --num-envs 16 --groups 2 --acting-ms 0.1,0.3 --seconds 5",
-        f"--num-envs 64 {graph}", f"--num-envs 32 {graph}",
+        "--num-envs 16", f"--num-envs 16 {graph}", f"--num-envs 16 {graph} --env-groups 2", f"--num-envs 64 {graph}",
+        "env groups --num-envs 16 --groups 2 --acting-ms 0.1,0.3 --seconds 5", f"--num-envs 32 {graph}",
         f"--num-envs 16 {graph} --precision bf16", "--num-envs 16 --pipeline overlap --compile update",
         "--num-envs 64 --pipeline overlap --compile update", f"OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=300000 --num-envs 16 {graph}",
         "--num-envs 16 --pipeline overlap", f"--num-envs 16 {graph} --replay-device cpu", "--num-envs 64",
@@ -330,7 +330,7 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines[0] == {"report": "--num-envs 16", "started_s": lines[0]["started_s"], "failed": "cut at 2 s (exit 124)"}
     assert 0 <= lines[0]["started_s"] <= 45
-    assert lines[1]["report"] == "cuda tests" and len(lines) == 13
+    assert lines[1]["report"] == "cuda tests" and len(lines) == 14
 
 
 def gpu_tools_copy(tmp_path: Path, wheels: list[str] | None = None) -> Path:

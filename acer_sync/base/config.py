@@ -35,7 +35,7 @@ REPLAY_DEVICES = ("auto", "cpu", "cuda")
 #: how long, on what and how the run computes, and where it reports. ``--help`` marks them.
 RESUMABLE_CHANGES = (
     "total_timesteps", "device", "threads", "precision", "env_timeout", "compile", "pipeline", "replay_device",
-    "track", "wandb_project", "wandb_entity", "save_buffer",
+    "env_groups", "track", "wandb_project", "wandb_entity", "save_buffer",
     # what the run reports and keeps, not what it learns: how often it evaluates, writes rows and checkpoints (not
     # --eval-greedy: a run's evaluations would mix greedy and sampled scores, which plot.py tells apart by config.json)
     "eval_every", "eval_episodes", "capture_video", "log_interval", "log_seconds", "checkpoint_every", "keep_checkpoints",
@@ -54,6 +54,11 @@ class Config:
     total_timesteps: int = _f(10_000_000, "agent steps to train for (frames = 4x steps on Atari)")
     num_envs: int = _f(16, "number of parallel envs N")
     nsteps: int = _f(20, "steps per env per segment T (the Retrace horizon k)")
+    env_groups: int = _f(
+        1, "ale only: step the envs in this many groups of equal size, each group's step sent and received apart, "
+        "so that one group's actions are chosen while the others step (a fixed order: a seed still gives one run; "
+        "each group acts with a generator of its own; docs/performance.md)",
+    )
     vec_env: str = _f("", "vector backend: ale (Atari default), subproc (gymnasium AsyncVectorEnv; the default of continuous control and of non-Atari runs without a preset's choice) or sync (the classic-control preset's)", choices=("", "ale", "subproc", "sync"))
     device: str = _f("auto", "where the networks run: auto (cuda if available), cpu or cuda (one GPU of several: CUDA_VISIBLE_DEVICES)",
                      choices=("auto", "cpu", "cuda"))
@@ -345,6 +350,8 @@ def validate(config: Config, resumed: bool = False) -> list[str]:
     )
     need(config.total_timesteps >= 1, "--total-timesteps must be >= 1")
     need(config.num_envs >= 1, "--num-envs must be >= 1")
+    need(config.env_groups >= 1 and config.num_envs % config.env_groups == 0,
+         f"--env-groups must be >= 1 and divide --num-envs ({config.num_envs}) into groups of equal size")
     need(config.nsteps >= 1, "--nsteps must be >= 1")
     need(math.isfinite(config.lr) and config.lr > 0, "--lr must be finite and > 0")
     need(0 < config.gamma <= 1, "--gamma must be in (0, 1]")

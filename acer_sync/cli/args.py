@@ -67,7 +67,7 @@ float_or_inf.__name__ = "number"
 
 #: ``--help``'s groups, in order, and the settings in each (every Config field is in one: a test checks).
 FLAG_GROUPS: dict[str, tuple[str, ...]] = {
-    "env": ("env", "env_kwargs", "num_envs", "vec_env", "reward_scale", "normalize_obs", "env_timeout"),
+    "env": ("env", "env_kwargs", "num_envs", "vec_env", "env_groups", "reward_scale", "normalize_obs", "env_timeout"),
     "algorithm": (
         "nsteps", "gamma", "lr", "lr_schedule", "rms_alpha", "rms_eps", "q_coef", "ent_coef", "max_grad_norm", "c",
         "trust_region", "delta", "alpha", "policy_std", "action_scale", "sdn_samples",

@@ -29,7 +29,7 @@ from acer_sync.cli.args import OneLineParser, path
 #: Settings that do not change what is learned: the seed, the run length (with a constant learning
 #: rate: a schedule is stretched over it, see :func:`group_runs`), and bookkeeping.
 IGNORED_FOR_GROUPING = (
-    "seed", "total_timesteps", "device", "vec_env", "threads", "compile", "replay_device", "log_interval", "log_seconds",
+    "seed", "total_timesteps", "device", "vec_env", "env_groups", "threads", "compile", "replay_device", "log_interval", "log_seconds",
     "checkpoint_every", "keep_checkpoints", "save_buffer", "max_nonfinite", "env_timeout", "eval_every", "eval_episodes",
     "capture_video", "track", "wandb_project", "wandb_entity",
 )  # not eval_greedy: a greedy evaluation's scores are not a sampled one's

@@ -47,6 +47,15 @@ class Runner:
     :param stream: the CUDA stream to act on (``--pipeline overlap``'s acting stream); None: the
         caller's current stream.
     :param graph: act through a CUDA graph (``--compile graph`` on CUDA; :class:`Actor`'s ``graph``).
+
+    Where the envs step in groups (``env.groups`` > 1, ``--env-groups``), each group has an Actor
+    of its own (its frame stack, recurrent state, acting graph and generator: the first group
+    ``generator``'s, group g a generator seeded with its initial seed + g, or torch's global one
+    like the first), and the steps go round the groups in a fixed order: receive group g's step,
+    record it, act for g and send g's actions, then the next group; so each group's acting runs
+    while the other groups' envs step, and a seed still gives one run. A group's envs are the
+    columns ``g·size … (g+1)·size`` of the segment; a segment ends once every group's last step is
+    received.
     """
 
     def __init__(
@@ -61,8 +70,13 @@ class Runner:
         self.tracker = tracker
         self.fields = tuple(fields)
         self.reward_scale = reward_scale
-        self.actor = Actor(model, env.info, env.num_envs, device, generator=generator, update_normalizer=True, precision=precision,
-                           graph=graph)
+        generators = [generator] + [
+            None if generator is None else torch.Generator(generator.device).manual_seed(generator.initial_seed() + group)
+            for group in range(1, env.groups)]
+        #: One Actor per group of envs (one in all without groups); :attr:`actor` is the first.
+        self.actors = [Actor(model, env.info, env.num_envs // env.groups, device, generator=group_generator, update_normalizer=True,
+                             precision=precision, graph=graph) for group_generator in generators]
+        self.actor = self.actors[0]
         self.frames: np.ndarray | dict[str, np.ndarray] | None = None
         #: Held by a collection between its env calls: :meth:`abandon` waits for it.
         self._between_calls = threading.Lock()
@@ -93,10 +107,17 @@ class Runner:
     def _reset(self, seed: int | None) -> None:
         frames, lives = self.env.reset(seed=seed)
         self.tracker.reset(lives)
-        self.actor.reset(frames)
+        for rows, actor in zip(self._group_rows(), self.actors, strict=True):
+            actor.reset(parts.map_parts(lambda part: part[rows], frames))
         self.frames = frames
 
+    def _group_rows(self) -> list[slice]:
+        size = self.env.num_envs // self.env.groups
+        return [slice(group * size, (group + 1) * size) for group in range(self.env.groups)]
+
     def _run(self) -> Segment:
+        if self.env.groups > 1:
+            return self._run_groups()
         if self.frames is None:
             raise RuntimeError("call reset() before run()")
         T, N = self.nsteps, self.env.num_envs
@@ -131,6 +152,63 @@ class Runner:
                 self.frames = next_frames
         parts.assign(segment.frames, T, self.frames)
         segment.firsts[T] = actor.first
+        return segment
+
+    def _run_groups(self) -> Segment:
+        """:meth:`_run` with the envs in groups (see the class): the steps go round the groups."""
+        if self.frames is None:
+            raise RuntimeError("call reset() before run()")
+        T, N, env = self.nsteps, self.env.num_envs, self.env
+        segment = empty_segment(self.fields, T, N)
+        groups = list(zip(self._group_rows(), self.actors, strict=True))
+        for rows, actor in groups:
+            for array, tensor in zip(segment.state, actor.state, strict=True):
+                array[rows] = tensor.float().cpu().numpy()
+        segment.timeout_values[...] = 0.0
+        between_calls = self._between_calls
+
+        def act(t: int, group: int) -> None:
+            rows, actor = groups[group]
+            with between_calls:
+                self._raise_if_abandoned()
+                parts.assign(segment.frames, (t, rows), parts.map_parts(lambda frames: frames[rows], self.frames))
+                segment.firsts[t, rows] = actor.first
+                with self.timer("acting"):
+                    segment.actions[t, rows], segment.mu[t, rows] = actor.act()
+            with self.timer("env"):
+                env.send(group, actor.distribution.env_actions(segment.actions[t, rows]))
+
+        def receive(t: int, group: int) -> None:
+            rows, actor = groups[group]
+            with self.timer("env"):
+                next_frames, raw_rewards, terminated, truncated, lives = env.recv(group)
+                with between_calls:
+                    self._raise_if_abandoned()
+                    segment.rewards[t, rows], segment.dones[t, rows], game_over = self.tracker.step(
+                        raw_rewards, terminated, truncated, lives, rows)
+                    if self.reward_scale != 1.0:
+                        segment.rewards[t, rows] *= self.reward_scale
+            with between_calls:
+                self._raise_if_abandoned()
+                cut = truncated & ~terminated & env.final_mask[rows]
+                if cut.any():
+                    with self.timer("acting"):
+                        final = parts.map_parts(lambda part: part[rows], env.final_frames)
+                        segment.timeout_values[t, rows] = actor.final_values(final, cut)
+                with self.timer("observe"):
+                    actor.observe(next_frames, segment.dones[t, rows], self.tracker.life_lost[rows], game_over)
+                parts.assign(self.frames, rows, next_frames)
+
+        for group in range(len(groups)):
+            act(0, group)
+        for t in range(1, T):
+            for group in range(len(groups)):
+                receive(t - 1, group)
+                act(t, group)
+        for group in range(len(groups)):
+            receive(T - 1, group)
+        parts.assign(segment.frames, T, self.frames)
+        segment.firsts[T] = np.concatenate([actor.first for actor in self.actors])
         return segment
 
 

@@ -213,7 +213,8 @@ def build_trainer(
             for leftover in remove_leftovers(run_dir):
                 log.info(f"removed {leftover}, left by a write that was cut short")
         backend = choose_backend(info, config.vec_env)
-        env = VecEnv(info, config.num_envs, backend, num_threads=config.threads, timeout=config.env_timeout)
+        env = VecEnv(info, config.num_envs, backend, num_threads=config.threads, timeout=config.env_timeout,
+                     groups=config.env_groups)
         undo.callback(env.abort)  # a first reset that failed, hung or was cut short: no worker is left behind
         pipelining = pipeline_mode(config, device.type, backend)
         if config.pipeline == "auto" and pipelining == "overlap":
