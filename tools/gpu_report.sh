@@ -155,9 +155,11 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
 
 # Most telling first: bench.py's baseline (serial and eager, as in every report; train.py's defaults on
 # CUDA, --pipeline auto and --compile auto, are the overlapped --compile update rows), the CUDA tests, then overlapped with the update
-# as a CUDA graph (the fastest of the second and third reports) at 16 envs, then the env groups'
-# probe (tools/env_groups.py: whether groups of envs stepping at the same time would hide acting,
-# 16 envs in 2 groups, acting standing in as a 0.1 and a 0.3 ms spin), the graph at 64 and 32 envs, the same in bf16
+# as a CUDA graph (the fastest of the second and third reports) at 16 envs, the same with the envs
+# in 2 groups that step at the same time (--env-groups 2: one group's actions chosen while the other
+# steps), at 64 envs, then the env groups' probe (tools/env_groups.py: what groups could give on
+# the machine's cores, 16 envs in 2 groups, acting standing in as a 0.1 and a 0.3 ms spin), the graph
+# at 32 envs, the same in bf16
 # (the third report's time ran out before these two), the update compiled without the graph (acting
 # eager), the same at 16 envs with torch's OpenMP threads spinning as libgomp's default lets them
 # (300,000 spins; bench.py, like train.py, sets OMP_WAIT_POLICY=PASSIVE where it is unset: the third
@@ -170,9 +172,10 @@ CUDA_TEST_FILES="tests/test_acting_path.py tests/test_precision.py tests/test_co
 setting --num-envs 16
 cuda_tests
 setting --num-envs 16 --pipeline overlap --compile graph
+setting --num-envs 16 --pipeline overlap --compile graph --env-groups 2
+setting --num-envs 64 --pipeline overlap --compile graph
 PROBE_SECONDS=35  # two acting times, each shape 5 s, and the envs' start
 probe --num-envs 16 --groups 2 --acting-ms 0.1,0.3 --seconds 5
-setting --num-envs 64 --pipeline overlap --compile graph
 setting --num-envs 32 --pipeline overlap --compile graph
 setting --num-envs 16 --pipeline overlap --compile graph --precision bf16
 setting --num-envs 16 --pipeline overlap --compile update
