@@ -883,7 +883,7 @@ class VecEnv:
         if np.dtype(dtype) == np.float32 and observations.dtype.kind == "f" and observations.dtype.itemsize > 4:
             beyond = np.isfinite(observations) & (np.abs(observations) > np.finfo(np.float32).max)
             if beyond.any():
-                index = int(np.flatnonzero(beyond.reshape(self.num_envs, -1).any(axis=1))[0])
+                index = int(np.flatnonzero(beyond.reshape(len(observations), -1).any(axis=1))[0])
                 value = observations[index][beyond[index]].flat[0]
                 raise EnvFailed(f"env {index} of {self.info.env_id} returned an observation of {value:g} at its vector step "
                                 f"{self.steps}, beyond float32's range (±3.4e38): scale the env's observations")
@@ -973,20 +973,22 @@ class VecEnv:
         if self._calling:
             raise EnvTimedOut(f"{self.info.env_id}'s {self._calling} {self.expiry_reason}")
 
-    def _rewards_in_range(self, rewards: np.ndarray) -> np.ndarray:
+    def _rewards_in_range(self, rewards: np.ndarray, first: int = 0) -> np.ndarray:
         """The rewards as float32; an :class:`EnvFailed` for a finite one beyond float32's range,
-        which the cast would make infinite (and report as the env's inf, with numpy's warning)."""
+        which the cast would make infinite (and report as the env's inf, with numpy's warning).
+        ``rewards`` are those of the envs from ``first`` on (a group's)."""
         beyond = np.isfinite(rewards) & (np.abs(rewards) > np.finfo(np.float32).max)
         if beyond.any():
             index = int(np.flatnonzero(beyond)[0])
-            raise EnvFailed(f"env {index} of {self.info.env_id} returned a reward of {rewards[index]:g} at its vector step "
+            raise EnvFailed(f"env {first + index} of {self.info.env_id} returned a reward of {rewards[index]:g} at its vector step "
                             f"{self.steps}, beyond float32's range (±3.4e38): scale the env's rewards")
         return rewards.astype(np.float32)
 
     def _check_finite(self, frames, rewards: np.ndarray | None, rows: np.ndarray | None = None,
-                      what: str = "observation") -> None:
+                      what: str = "observation", first: int = 0) -> None:
         """An :class:`EnvFailed` naming the env and the step of a NaN or infinite reward or
-        observation (``what``), of the envs where ``rows`` (all where None)."""
+        observation (``what``), of the envs where ``rows`` (all where None); the arrays are those
+        of the envs from ``first`` on (a group's)."""
         observations = [part.reshape(len(part), -1) for part in parts.parts_of(frames) if part.dtype.kind == "f"]
         if rows is not None:
             observations = [np.where(rows[:, None], part, 0) for part in observations]
@@ -1000,7 +1002,7 @@ class VecEnv:
                 index = int(np.flatnonzero(~finite.reshape(len(finite), -1).all(axis=1))[0])
                 value = values[index] if values.ndim == 1 else values[index][~finite[index]][0]
                 raise EnvFailed(
-                    f"env {index} of {self.info.env_id} returned a non-finite {what} ({value}) at its vector step {self.steps}"
+                    f"env {first + index} of {self.info.env_id} returned a non-finite {what} ({value}) at its vector step {self.steps}"
                 )
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -1058,22 +1060,24 @@ class VecEnv:
         """Group ``group``'s step, sent before: :meth:`step`'s arrays for its envs (``final_frames``
         and ``final_mask`` are updated in their rows)."""
         obs, rewards, terminated, truncated, info = self._call("step", self.group_envs[group].recv)
-        if group == self.groups - 1:
+        if group == 0:  # a vector step: each group's faults name the same one
             self.steps += 1
         return self._stepped(obs, rewards, terminated, truncated, info, group * self.group_size)
 
     def _stepped(self, obs, rewards, terminated, truncated, info, first: int = 0):
         """A step's arrays for the envs from ``first`` on, checked, their final frames kept."""
         frames = self._frames(obs)
-        rewards = self._rewards_in_range(np.asarray(rewards, dtype=np.float64))
-        self._check_finite(frames, rewards)
+        rewards = self._rewards_in_range(np.asarray(rewards, dtype=np.float64), first)
+        self._check_finite(frames, rewards, first=first)
         terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
         self._record_final(info, terminated | truncated, first)
         # Only a cut episode's final observation is read (its V bootstraps Q^ret); a terminal one
         # never is, and an env may end an episode because its state diverged (MuJoCo's is_healthy).
-        cut = self.final_mask[first:first + len(rewards)] & truncated & ~terminated
+        rows = slice(first, first + len(rewards))
+        cut = self.final_mask[rows] & truncated & ~terminated
         if self._float_frames and cut.any():
-            self._check_finite(self.final_frames, None, cut, "final observation at a time-limit cut")
+            final = parts.map_parts(lambda part: part[rows], self.final_frames)
+            self._check_finite(final, None, cut, "final observation at a time-limit cut", first)
         return frames, rewards, terminated, truncated, self._lives(info, len(rewards))
 
     def first_env(self) -> gym.Env:
@@ -1103,8 +1107,7 @@ class VecEnv:
             healthy = not (self.broken or any(p.exitcode is not None for p in processes))
             if healthy or not processes:
                 try:
-                    for env in self.group_envs:
-                        self._call("close", env.close)
+                    self._close_each()
                     if processes and not self.env.error_queue.empty():  # a worker's env raised in its close, then exited
                         CLOSE_LOG.warning(f"{self.info.env_id} {self.env.error_queue.get()[2]}; its worker process ended")
                     return
@@ -1118,6 +1121,17 @@ class VecEnv:
             if self._alarm:
                 self._alarm = False
                 _release_alarm()
+
+    def _close_each(self) -> None:
+        """Close every group's envs (the one set without groups), each tried; the first failure is raised after."""
+        failure = None
+        for env in self.group_envs:
+            try:
+                self._call("close", env.close)
+            except EnvFailed as error:
+                failure = failure or error
+        if failure is not None:
+            raise failure
 
     def _terminate(self, processes: list) -> None:
         """End the worker processes without waiting on a call that may never be answered."""

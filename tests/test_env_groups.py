@@ -4,16 +4,19 @@ exactly the envs it would be alone: the same frames, the same bookkeeping, the s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from acer_sync.base.config import build_config, validate
 from acer_sync.base.errors import UserError
-from acer_sync.rollout.runner import Runner
+from acer_sync.rollout.runner import Runner, group_seed
 from acer_sync.training.setup import build_trainer
 from atari.envs import VecEnv, env_info
 from atari.episodes import EpisodeTracker
+from atari.errors import EnvFailed
 from helpers import assert_segments_equal, breakout_with_an_lstm
 
 
@@ -41,7 +44,7 @@ def test_envs_in_groups_step_as_the_same_envs_in_one():
 def test_a_runner_with_env_groups_collects_what_each_group_collects_alone():
     # Breakout (stacks cleared at lost lives, the forced FIRE after them) with an LSTM state: the
     # columns of group g are a Runner of its envs alone, seeded as env g·size onwards, acting with
-    # a generator seeded with the first's seed + g.
+    # a generator seeded from the first's seed and g.
     info, model, fields = breakout_with_an_lstm()
     N, groups, T, segments = 4, 2, 10, 6
     env = VecEnv(info, N, "ale", groups=groups)
@@ -56,12 +59,29 @@ def test_a_runner_with_env_groups_collects_what_each_group_collects_alone():
     for group in range(groups):
         rows = slice(group * size, (group + 1) * size)
         alone_env = VecEnv(info, size, "ale")
+        seed = 7 if group == 0 else group_seed(7, group)
         alone = Runner(alone_env, model, torch.device("cpu"), T, EpisodeTracker(size, True, True), fields,
-                       generator=torch.Generator().manual_seed(7 + group))
+                       generator=torch.Generator().manual_seed(seed))
         alone.reset(seed=3 + group * size)
         for index, segment in enumerate(collected):
             assert_segments_equal(alone.run(), segment, rows, where=(group, index))
         alone_env.close()
+
+
+def test_a_groups_faults_name_the_runs_env_numbers():
+    # A group's Actor and VecEnv see its envs from 0: their errors add the group's first env.
+    from acer_sync.rollout.actor import policy_not_finite
+
+    stats = np.ones((8, 6), np.float32)
+    stats[1] = np.nan
+    assert "of env 9, which was finite" in str(policy_not_finite(stats, first_env=8))
+    env = VecEnv(env_info("PongNoFrameskip-v4"), 4, "ale", groups=2)
+    try:
+        with pytest.raises(EnvFailed, match="env 3 of PongNoFrameskip-v4 returned a non-finite reward"):
+            env._stepped(np.zeros((2, 1, 84, 84), np.uint8), np.array([0.0, np.nan]), np.zeros(2, bool), np.zeros(2, bool),
+                         {"lives": np.zeros(2)}, first=2)
+    finally:
+        env.close()
 
 
 def test_env_groups_must_divide_the_envs_and_run_on_ale_only():
@@ -69,6 +89,9 @@ def test_env_groups_must_divide_the_envs_and_run_on_ale_only():
     assert problems == ["--env-groups must be >= 1 and divide --num-envs (16) into groups of equal size"]
     with pytest.raises(UserError, match="--env-groups 2 steps ALE's vector envs apart: it needs --vec-env ale"):
         VecEnv(env_info("CartPole-v1"), 4, "sync", groups=2)
+    config = build_config(False, dict(env="CartPole-v1", num_envs=4, env_groups=2))
+    with pytest.raises(UserError, match="--env-groups 2 steps ALE's vector envs apart"):  # before the buffer is made
+        build_trainer(config, env_info("CartPole-v1"), Path("/nonexistent/run"))
 
 
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])

@@ -56,8 +56,8 @@ class Config:
     nsteps: int = _f(20, "steps per env per segment T (the Retrace horizon k)")
     env_groups: int = _f(
         1, "ale only: step the envs in this many groups of equal size, each group's step sent and received apart, "
-        "so that one group's actions are chosen while the others step (a fixed order: a seed still gives one run; "
-        "each group acts with a generator of its own; docs/performance.md)",
+        "so that one group's actions are chosen while the others step (a fixed order: a seed still gives one run, "
+        "another than with one group; each group takes at least one of the ALE threads; docs/performance.md)",
     )
     vec_env: str = _f("", "vector backend: ale (Atari default), subproc (gymnasium AsyncVectorEnv; the default of continuous control and of non-Atari runs without a preset's choice) or sync (the classic-control preset's)", choices=("", "ale", "subproc", "sync"))
     device: str = _f("auto", "where the networks run: auto (cuda if available), cpu or cuda (one GPU of several: CUDA_VISIBLE_DEVICES)",

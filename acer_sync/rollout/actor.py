@@ -20,12 +20,12 @@ from atari.stacking import FrameStacker
 
 
 def policy_not_finite(values: np.ndarray, envs_name: str = "env", what: str = "policy",
-                      consequence: str = "no action could be drawn") -> PolicyNotFinite:
+                      consequence: str = "no action could be drawn", first_env: int = 0) -> PolicyNotFinite:
     """The error for the network's outputs ``values`` ``[N, ...]`` (μ, or V) of which some are not
     finite, naming the envs (``envs_name``: "env", "evaluation env") whose rows they are; the
     outputs ride on it as ``values``."""
     bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
-    envs = np.flatnonzero(bad).tolist()
+    envs = (np.flatnonzero(bad) + first_env).tolist()  # a group's rows are its envs from first_env on
     shown = ", ".join(map(str, envs[:5])) + (f" and {len(envs) - 5} more" if len(envs) > 5 else "")
     error = PolicyNotFinite(
         f"the network's {what} was not finite (NaN or inf) for the observation of {envs_name}{'s' if len(envs) > 1 else ''} "
@@ -203,16 +203,20 @@ class Actor:
     :param graph: act through :class:`~acer_sync.rollout.acting_graph.ActingGraph` (with the
         device stack): on CUDA one CUDA graph replay a step (``--compile graph``); elsewhere its
         static-tensor step runs eagerly, the same values as the plain path.
+    :param envs_name: what the envs are called in errors ("env", "evaluation env").
+    :param first_env: the number of the Actor's first env among the run's (a group's), for errors.
     """
 
     def __init__(
         self, model: Network, info: EnvInfo, num_envs: int, device: torch.device, greedy: bool = False,
         generator: torch.Generator | None = None, update_normalizer: bool = False, precision: str = "fp32",
-        device_stack: bool | None = None, graph: bool = False, envs_name: str = "env",
+        device_stack: bool | None = None, graph: bool = False, envs_name: str = "env", first_env: int = 0,
     ):
         self.model = model
         #: What the envs are called in errors: "env" (training's), "evaluation env".
         self.envs_name = envs_name
+        #: The number of the Actor's first env among the run's (a group's, ``--env-groups``), for errors.
+        self.first_env = first_env
         self.net = NetworkPasses(model, precision, device)
         self.device = device
         self.distribution = distribution_for(info)
@@ -297,7 +301,7 @@ class Actor:
             actions[forced_envs] = forced_actions
             stats[forced_envs] = dist.forced_stats(forced_actions)
         if not np.isfinite(stats).all():  # on the host already: no wait for the device
-            raise policy_not_finite(stats, self.envs_name)
+            raise policy_not_finite(stats, self.envs_name, first_env=self.first_env)
         return actions, stats
 
     def _packed_to_host(self, packed: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -339,7 +343,8 @@ class Actor:
             features, _ = self.net.step(final, state, not_first)
             values[envs] = self.net.value_of(features).float().cpu().numpy()
             if not np.isfinite(values).all():  # it would go into the buffer, and every update that replays it be skipped
-                raise policy_not_finite(values, self.envs_name, "value V", "the episode cut by a time limit has no value to bootstrap from")
+                raise policy_not_finite(values, self.envs_name, "value V", "the episode cut by a time limit has no value to bootstrap from",
+                                        self.first_env)
         return values
 
     def observe(self, frames, episode_start: np.ndarray, life_lost: np.ndarray, game_over: np.ndarray) -> None:

@@ -50,8 +50,8 @@ class Runner:
 
     Where the envs step in groups (``env.groups`` > 1, ``--env-groups``), each group has an Actor
     of its own (its frame stack, recurrent state, acting graph and generator: the first group
-    ``generator``'s, group g a generator seeded with its initial seed + g, or torch's global one
-    like the first), and the steps go round the groups in a fixed order: receive group g's step,
+    ``generator``, group g one seeded from its initial seed and g, :func:`group_seed`; or torch's
+    global one, as the first, where ``generator`` is None), and the steps go round the groups in a fixed order: receive group g's step,
     record it, act for g and send g's actions, then the next group; so each group's acting runs
     while the other groups' envs step, and a seed still gives one run. A group's envs are the
     columns ``g·size … (g+1)·size`` of the segment; a segment ends once every group's last step is
@@ -71,11 +71,13 @@ class Runner:
         self.fields = tuple(fields)
         self.reward_scale = reward_scale
         generators = [generator] + [
-            None if generator is None else torch.Generator(generator.device).manual_seed(generator.initial_seed() + group)
+            None if generator is None else torch.Generator(generator.device).manual_seed(group_seed(generator.initial_seed(), group))
             for group in range(1, env.groups)]
+        size = env.num_envs // env.groups
         #: One Actor per group of envs (one in all without groups); :attr:`actor` is the first.
-        self.actors = [Actor(model, env.info, env.num_envs // env.groups, device, generator=group_generator, update_normalizer=True,
-                             precision=precision, graph=graph) for group_generator in generators]
+        self.actors = [Actor(model, env.info, size, device, generator=group_generator, update_normalizer=True,
+                             precision=precision, graph=graph, first_env=group * size)
+                       for group, group_generator in enumerate(generators)]
         self.actor = self.actors[0]
         self.frames: np.ndarray | dict[str, np.ndarray] | None = None
         #: Held by a collection between its env calls: :meth:`abandon` waits for it.
@@ -210,6 +212,13 @@ class Runner:
         parts.assign(segment.frames, T, self.frames)
         segment.firsts[T] = np.concatenate([actor.first for actor in self.actors])
         return segment
+
+
+def group_seed(seed: int, group: int) -> int:
+    """The seed of env group ``group``'s acting generator, from the first group's ``seed``: drawn
+    apart (numpy's SeedSequence), so that it meets none of the run's other seeds (``seed + 1`` is
+    the evaluation's, ``seed + 2`` the video's, ``seed + k`` a resume's k iterations on)."""
+    return int(np.random.SeedSequence([seed, group]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 class CollectionAbandoned(Exception):

@@ -147,6 +147,8 @@ def build_trainer(
         times the bare iteration without them.
     """
     callbacks = list(callbacks)
+    if config.env_groups > 1 and choose_backend(info, config.vec_env) != "ale":  # before the buffer, which may be large
+        raise UserError(f"--env-groups {config.env_groups} steps ALE's vector envs apart: it needs --vec-env ale (an Atari game)")
     if config.capture_video:
         render_headless()  # before an env first imports MuJoCo or pygame
     # torch's thread count is the process's: the Trainer gives the caller's back when it closes
