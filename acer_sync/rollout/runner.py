@@ -51,9 +51,10 @@ class Runner:
     Where the envs step in groups (``env.groups`` > 1, ``--env-groups``), each group has an Actor
     of its own (its frame stack, recurrent state, acting graph and generator: the first group
     ``generator``, group g one seeded from its initial seed and g, :func:`group_seed`; or torch's
-    global one, as the first, where ``generator`` is None), and the steps go round the groups in a fixed order: receive group g's step,
-    record it, act for g and send g's actions, then the next group; so each group's acting runs
-    while the other groups' envs step, and a seed still gives one run. A group's envs are the
+    global one, as the first, where ``generator`` is None), and the steps go round the groups in
+    a fixed order: receive group g's step, record it, act for g and send g's actions, then the
+    next group; so each group's acting runs while the other groups' envs step, and a seed still
+    gives one run. A group's envs are the
     columns ``g·size … (g+1)·size`` of the segment; a segment ends once every group's last step is
     received.
     """
