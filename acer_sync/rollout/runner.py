@@ -115,104 +115,78 @@ class Runner:
         self.frames = frames
 
     def _group_rows(self) -> list[slice]:
+        """Each group's envs, as rows of the run's arrays (all of them, ``slice(None)``, for one group)."""
+        if self.env.groups == 1:
+            return [slice(None)]
         size = self.env.num_envs // self.env.groups
         return [slice(group * size, (group + 1) * size) for group in range(self.env.groups)]
 
     def _run(self) -> Segment:
-        if self.env.groups > 1:
-            return self._run_groups()
         if self.frames is None:
             raise RuntimeError("call reset() before run()")
-        T, N = self.nsteps, self.env.num_envs
-        actor, dist = self.actor, self.actor.distribution
-        segment = empty_segment(self.fields, T, N)
-        for array, tensor in zip(segment.state, actor.state, strict=True):
-            array[...] = tensor.float().cpu().numpy()
-        segment.timeout_values[...] = 0.0
-        between_calls = self._between_calls
-        for t in range(T):
-            with between_calls:
-                self._raise_if_abandoned()
-                parts.assign(segment.frames, t, self.frames)
-                segment.firsts[t] = actor.first
-                with self.timer("acting"):
-                    segment.actions[t], segment.mu[t] = actor.act()
-            with self.timer("env"):
-                next_frames, raw_rewards, terminated, truncated, lives = self.env.step(dist.env_actions(segment.actions[t]))
-                with between_calls:
-                    self._raise_if_abandoned()
-                    segment.rewards[t], segment.dones[t], game_over = self.tracker.step(raw_rewards, terminated, truncated, lives)
-                    if self.reward_scale != 1.0:
-                        segment.rewards[t] *= self.reward_scale
-            with between_calls:
-                self._raise_if_abandoned()
-                cut = truncated & ~terminated & self.env.final_mask
-                if cut.any():
-                    with self.timer("acting"):
-                        segment.timeout_values[t] = actor.final_values(self.env.final_frames, cut)
-                with self.timer("observe"):
-                    actor.observe(next_frames, segment.dones[t], self.tracker.life_lost, game_over)
-                self.frames = next_frames
-        parts.assign(segment.frames, T, self.frames)
-        segment.firsts[T] = actor.first
-        return segment
-
-    def _run_groups(self) -> Segment:
-        """:meth:`_run` with the envs in groups (see the class): the steps go round the groups."""
-        if self.frames is None:
-            raise RuntimeError("call reset() before run()")
-        T, N, env = self.nsteps, self.env.num_envs, self.env
-        segment = empty_segment(self.fields, T, N)
+        T, env = self.nsteps, self.env
+        segment = empty_segment(self.fields, T, env.num_envs)
         groups = list(zip(self._group_rows(), self.actors, strict=True))
         for rows, actor in groups:
             for array, tensor in zip(segment.state, actor.state, strict=True):
                 array[rows] = tensor.float().cpu().numpy()
         segment.timeout_values[...] = 0.0
-        between_calls = self._between_calls
-
-        def act(t: int, group: int) -> None:
-            rows, actor = groups[group]
-            with between_calls:
-                self._raise_if_abandoned()
-                parts.assign(segment.frames, (t, rows), parts.map_parts(lambda frames: frames[rows], self.frames))
-                segment.firsts[t, rows] = actor.first
-                with self.timer("acting"):
-                    segment.actions[t, rows], segment.mu[t, rows] = actor.act()
-            with self.timer("env"):
-                env.send(group, actor.distribution.env_actions(segment.actions[t, rows]))
-
-        def receive(t: int, group: int) -> None:
-            rows, actor = groups[group]
-            with self.timer("env"):
-                next_frames, raw_rewards, terminated, truncated, lives = env.recv(group)
-                with between_calls:
-                    self._raise_if_abandoned()
-                    segment.rewards[t, rows], segment.dones[t, rows], game_over = self.tracker.step(
-                        raw_rewards, terminated, truncated, lives, rows)
-                    if self.reward_scale != 1.0:
-                        segment.rewards[t, rows] *= self.reward_scale
-            with between_calls:
-                self._raise_if_abandoned()
-                cut = truncated & ~terminated & env.final_mask[rows]
-                if cut.any():
-                    with self.timer("acting"):
-                        final = parts.map_parts(lambda part: part[rows], env.final_frames)
-                        segment.timeout_values[t, rows] = actor.final_values(final, cut)
-                with self.timer("observe"):
-                    actor.observe(next_frames, segment.dones[t, rows], self.tracker.life_lost[rows], game_over)
-                parts.assign(self.frames, rows, next_frames)
-
-        for group in range(len(groups)):
-            act(0, group)
-        for t in range(1, T):
-            for group in range(len(groups)):
-                receive(t - 1, group)
-                act(t, group)
-        for group in range(len(groups)):
-            receive(T - 1, group)
+        if env.groups == 1:
+            ((rows, actor),) = groups
+            for t in range(T):
+                actions = self._act(segment, t, rows, actor)
+                with self.timer("env"):
+                    stepped = env.step(actions)
+                self._record(segment, t, rows, actor, stepped)
+        else:  # round the groups: group g's step t-1 received and recorded, then its step t sent
+            for t in range(T + 1):
+                for group, (rows, actor) in enumerate(groups):
+                    if t > 0:
+                        with self.timer("env"):
+                            stepped = env.recv(group)
+                        self._record(segment, t - 1, rows, actor, stepped)
+                    if t < T:
+                        actions = self._act(segment, t, rows, actor)
+                        with self.timer("env"):
+                            env.send(group, actions)
         parts.assign(segment.frames, T, self.frames)
         segment.firsts[T] = np.concatenate([actor.first for actor in self.actors])
         return segment
+
+    def _act(self, segment: Segment, t: int, rows: slice, actor: Actor) -> np.ndarray:
+        """Step ``t``'s observation of the envs in ``rows`` and ``actor``'s choice, recorded; the
+        actions as the env takes them."""
+        with self._between_calls:
+            self._raise_if_abandoned()
+            parts.assign(segment.frames, (t, rows), parts.map_parts(lambda frames: frames[rows], self.frames))
+            segment.firsts[t, rows] = actor.first
+            with self.timer("acting"):
+                segment.actions[t, rows], segment.mu[t, rows] = actor.act()
+        return actor.distribution.env_actions(segment.actions[t, rows])
+
+    def _record(self, segment: Segment, t: int, rows: slice, actor: Actor, stepped: tuple) -> None:
+        """The env's step ``t`` of the envs in ``rows`` (``stepped``: what it returned): the episode
+        bookkeeping (the ``env`` phase's too), a time limit's bootstrap value, and the next frames."""
+        next_frames, raw_rewards, terminated, truncated, lives = stepped
+        with self.timer("env"), self._between_calls:
+            self._raise_if_abandoned()
+            segment.rewards[t, rows], segment.dones[t, rows], game_over = self.tracker.step(
+                raw_rewards, terminated, truncated, lives, rows)
+            if self.reward_scale != 1.0:
+                segment.rewards[t, rows] *= self.reward_scale
+        with self._between_calls:
+            self._raise_if_abandoned()
+            cut = truncated & ~terminated & self.env.final_mask[rows]
+            if cut.any():
+                with self.timer("acting"):
+                    final = parts.map_parts(lambda part: part[rows], self.env.final_frames)
+                    segment.timeout_values[t, rows] = actor.final_values(final, cut)
+            with self.timer("observe"):
+                actor.observe(next_frames, segment.dones[t, rows], self.tracker.life_lost[rows], game_over)
+            if self.env.groups == 1:
+                self.frames = next_frames  # as the env gave them, no copy
+            else:
+                parts.assign(self.frames, rows, next_frames)
 
 
 def group_seed(seed: int, group: int) -> int:
