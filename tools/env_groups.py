@@ -32,38 +32,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from atari.envs import VecEnv, env_info  # noqa: E402
 
 
-def steps_per_sec(envs: list, acting_seconds: float, seconds: float, rng: np.random.Generator) -> float:
-    """Agent steps/s of ``envs`` (ALE vector envs, reset) stepped in a fixed order, each group's
-    actions chosen after a wait of ``acting_seconds`` once its step is received; one group is the
-    plain step-then-act loop."""
-    n_actions = [env.single_action_space.n for env in envs]
-
-    def actions(index: int) -> np.ndarray:
-        return rng.integers(0, n_actions[index], size=envs[index].num_envs)
-
-    for index, env in enumerate(envs):  # every group's first step in flight
-        env.send(actions(index))
+def steps_per_sec(env: VecEnv, acting_seconds: float, seconds: float, rng: np.random.Generator) -> float:
+    """Agent steps/s of ``env`` (reset; its groups, or its one group) stepped in the Runner's fixed
+    order (:meth:`VecEnv.send`, :meth:`VecEnv.recv`), each group's actions chosen after a wait of
+    ``acting_seconds`` once its step is received; one group is the plain step-then-act loop."""
+    n_actions, size = env.env.single_action_space.n, env.group_size
+    for group in range(env.groups):  # every group's first step in flight
+        env.send(group, rng.integers(0, n_actions, size=size))
     steps, start = 0, time.perf_counter()
     while True:
-        for index, env in enumerate(envs):
-            env.recv()
+        for group in range(env.groups):
+            env.recv(group)
             acted = time.perf_counter() + acting_seconds
             while time.perf_counter() < acted:  # acting's wait for the device, spinning
                 pass
-            env.send(actions(index))
-            steps += env.num_envs
+            env.send(group, rng.integers(0, n_actions, size=size))
+            steps += size
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             break
-    for env in envs:  # the last steps sent, received before the envs close
-        env.recv()
+    for group in range(env.groups):  # the last steps sent, received before the envs close
+        env.recv(group)
     return steps / elapsed
-
-
-def make_group(env_id: str, num_envs: int) -> VecEnv:
-    vec = VecEnv(env_info(env_id), num_envs, "ale", num_threads=num_envs)
-    vec.reset(seed=0)
-    return vec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,12 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     if any(value < 0 for value in acting_ms) or args.seconds <= 0:
         parser.error("--acting-ms must not be negative and --seconds must be positive")
     rng = np.random.default_rng(0)
-    shapes = {"one_group": [make_group(args.env, args.num_envs)],
-              "groups": [make_group(args.env, args.num_envs // args.groups) for _ in range(args.groups)]}
+    shapes = {"one_group": VecEnv(env_info(args.env), args.num_envs, "ale", num_threads=args.num_envs),
+              "groups": VecEnv(env_info(args.env), args.num_envs, "ale", num_threads=args.num_envs, groups=args.groups)}
     try:
+        for env in shapes.values():
+            env.reset(seed=0)
         for wait in acting_ms:
-            figures = {name: steps_per_sec([vec.env for vec in group], wait / 1000, args.seconds, rng)
-                       for name, group in shapes.items()}
+            figures = {name: steps_per_sec(env, wait / 1000, args.seconds, rng) for name, env in shapes.items()}
             print(json.dumps({
                 "probe": "env_groups", "env": args.env, "num_envs": args.num_envs, "groups": args.groups,
                 "acting_ms": wait, "one_group_steps_per_sec": round(figures["one_group"], 1),
@@ -96,9 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 "ratio": round(figures["groups"] / figures["one_group"], 3), "cpu_count": os.cpu_count(),
             }), flush=True)
     finally:
-        for group in shapes.values():
-            for vec in group:
-                vec.close()
+        for env in shapes.values():
+            env.close()
     return 0
 
 
