@@ -61,6 +61,16 @@ out="$OUT_DIR/$device_name-$commit.jsonl"
 log="$OUT_DIR/$device_name-$commit.log"  # bench.py's stderr and the tests' output, to read a failure
 echo "gpu_report: $DEVICE ($device_name), $SECONDS_PER s a setting, budget $BUDGET s -> $out"
 
+skip() {  # HEAD LABEL WHY NOTE: a setting recorded as skipped, WHY in its line and NOTE on the console
+  echo "{$1, \"skipped\": \"$3\"}" >> "$out"
+  echo "  skipped ($4): $2"
+}
+
+cut_within_budget() {  # CUT ELAPSED: CUT seconds, or fewer where they would pass the budget's end
+  local left=$(( BUDGET + GRACE - $2 ))
+  echo $(( $1 < left ? $1 : left ))
+}
+
 setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variables set for its run)
   local vars=()
   while [ $# -gt 0 ] && [ "${1#--}" = "$1" ] && [ "${1#*=}" != "$1" ]; do vars+=("$1"); shift; done
@@ -70,17 +80,15 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   # with --compile, compiling the update (allow 60 s more: 40-80 s on the 2-core CPU)
   case "$*" in *--compile*) setup=90 ;; esac
   case "$DEVICE $*" in "cpu "*"--compile graph"*)  # bench.py refuses it off CUDA, as train.py does
-    echo "{$head, \"skipped\": \"--compile graph needs CUDA\"}" >> "$out"
-    echo "  skipped (no CUDA): $label"
+    skip "$head" "$label" "--compile graph needs CUDA" "no CUDA"
     return ;;
   esac
   if [ $(( elapsed + SECONDS_PER + setup )) -gt "$BUDGET" ]; then
-    echo "{$head, \"skipped\": \"the time budget of $BUDGET s\"}" >> "$out"
-    echo "  skipped (time): $label"
+    skip "$head" "$label" "the time budget of $BUDGET s" time
     return
   fi
-  local line code cut=${CUT:-$(( SECONDS_PER + setup + 120 ))}
-  [ "$cut" -le $(( BUDGET + GRACE - elapsed )) ] || cut=$(( BUDGET + GRACE - elapsed ))  # never past the budget's end
+  local line code cut
+  cut=$(cut_within_budget "${CUT:-$(( SECONDS_PER + setup + 120 ))}" "$elapsed")
   echo "== bench.py $label" >> "$log"
   # a setting that hangs (or hangs on its way out) is cut, so that it cannot hold the whole call;
   # bench.py takes a SIGTERM as a stop after the iteration under way, so a KILL follows 10 s later
@@ -110,17 +118,15 @@ probe() {  # tools/env_groups.py's flags: whether env groups stepping at the sam
   local elapsed=$(( $(date +%s) - start )) label="env groups $*" line code
   local head="\"report\": \"$label\", \"started_s\": $elapsed"
   case $ENV_ID in *NoFrameskip*|ALE/*) ;; *)
-    echo "{$head, \"skipped\": \"the probe steps ALE's vector env: Atari games only\"}" >> "$out"
-    echo "  skipped (not Atari): $label"
+    skip "$head" "$label" "the probe steps ALE's vector env: Atari games only" "not Atari"
     return ;;
   esac
   if [ $(( elapsed + PROBE_SECONDS )) -gt "$BUDGET" ]; then
-    echo "{$head, \"skipped\": \"the time budget of $BUDGET s\"}" >> "$out"
-    echo "  skipped (time): $label"
+    skip "$head" "$label" "the time budget of $BUDGET s" time
     return
   fi
-  local cut=$(( PROBE_SECONDS + 30 ))
-  [ "$cut" -le $(( BUDGET + GRACE - elapsed )) ] || cut=$(( BUDGET + GRACE - elapsed ))  # never past the budget's end
+  local cut
+  cut=$(cut_within_budget $(( PROBE_SECONDS + 30 )) "$elapsed")
   echo "== tools/env_groups.py $*" >> "$log"
   timeout -k 5 "$cut" "$PY" tools/env_groups.py --env "$ENV_ID" "$@" 2>>"$log" > "$OUT_DIR/.probe"
   code=$?
@@ -133,8 +139,8 @@ probe() {  # tools/env_groups.py's flags: whether env groups stepping at the sam
 }
 
 cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget leaves
-  local summary cut=$(( BUDGET + GRACE - ($(date +%s) - start) ))
-  [ "$cut" -le "$TESTS_SECONDS" ] || cut=$TESTS_SECONDS
+  local summary cut
+  cut=$(cut_within_budget "$TESTS_SECONDS" $(( $(date +%s) - start )))
   if [ "$DEVICE" = cuda ] && [ "$cut" -lt 30 ]; then
     summary="not run: the time budget of $BUDGET s"
   elif [ "$DEVICE" = cuda ]; then
