@@ -401,7 +401,8 @@ try:
     side = torch.cuda.Stream()  # the matrix product's and the sampler's first use, before any capture
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.tanh(x @ x) + torch.randn(4, device="cuda")
+        torch.tanh(x @ x)
+        torch.randn(4, device="cuda")
     torch.cuda.current_stream().wait_stream(side)
     draws = []
     for _ in range(20):  # the update's CUDA graphs recorded in the learner's thread, drawing from the default generator
