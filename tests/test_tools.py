@@ -333,6 +333,25 @@ def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
     assert lines[1]["report"] == "cuda tests" and len(lines) == 14
 
 
+def test_the_gpu_report_keeps_the_figures_of_a_setting_whose_exit_hangs(tmp_path):
+    # On the H200 a bench.py printed its JSON line, then waited at exit for Inductor's compile
+    # workers (pytorch/pytorch#162199) until it was cut: its figures are whole and the line keeps
+    # them, saying that its exit was cut.
+    python = fake_python(tmp_path / "python", '[ "$1" = bench.py ] && { echo "end to end 1.0 steps/s"; '
+                         'echo \'{"steps_per_sec": 1.5, "env": "CartPole-v1"}\'; exec sleep 600; }')
+    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
+                             "--seconds", "1", "--budget", "45", "--cut", "2", "--out", str(tmp_path / "report"),
+                             "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (report,) = (tmp_path / "report").glob("cpu-*.jsonl")
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert lines[0] == {"report": "--num-envs 16", "started_s": lines[0]["started_s"],
+                        "cut_after_its_figures": "cut at 2 s (exit 124): its exit hung", "steps_per_sec": 1.5,
+                        "env": "CartPole-v1"}
+    assert "  done: --num-envs 16 (" in result.stdout and "; its exit hung and was cut at 2 s)" in result.stdout
+    assert lines[1]["report"] == "cuda tests" and len(lines) == 14
+
+
 def gpu_tools_copy(tmp_path: Path, wheels: list[str] | None = None) -> Path:
     """A copy of tools/ in a folder of its own, for the GPU scripts, which work in their checkout's
     root: there it holds the ``.whl`` of ``wheels`` (empty files so named), or none, whatever this

@@ -95,18 +95,25 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   line=$(env "${vars[@]}" timeout -k 10 "$cut" "$PY" bench.py --env "$ENV_ID" --device "$DEVICE" --seconds "$SECONDS_PER" \
     --json "$@" 2>>"$log" | tail -1; exit "${PIPESTATUS[0]}")
   code=$?
+  local hung=""
   if [ "$code" = 124 ] || [ "$code" = 137 ]; then  # 137: killed 10 s after the TERM (or for memory)
-    echo "{$head, \"failed\": \"cut at $cut s (exit $code)\"}" >> "$out"
-    echo "  cut at $cut s: $label"
-    return
+    if [ "${line:0:1}" != "{" ]; then
+      echo "{$head, \"failed\": \"cut at $cut s (exit $code)\"}" >> "$out"
+      echo "  cut at $cut s: $label"
+      return
+    fi
+    # bench.py prints its JSON line once it has measured everything: a setting cut after it hung on
+    # its way out, its figures whole (the fourth report's cold cnn_lstm compile: torch 2.11's Inductor
+    # waited up to 300 s at exit for its compile workers, pytorch/pytorch#162199)
+    hung="\"cut_after_its_figures\": \"cut at $cut s (exit $code): its exit hung\", "
   fi
   if [ "${line:0:1}" != "{" ]; then
     echo "{$head, \"failed\": \"bench.py printed no JSON line\"}" >> "$out"
     echo "  failed: $label"
     return
   fi
-  echo "{$head, ${line:1}" >> "$out"
-  echo "  done: $label ($(( $(date +%s) - start )) s)"
+  echo "{$head, $hung${line:1}" >> "$out"
+  echo "  done: $label ($(( $(date +%s) - start )) s${hung:+; its exit hung and was cut at $cut s})"
   case "$*" in *"--compile update"*|*"--compile graph"*)
     case "$line" in *'"update_compiled": false'*) echo "  note: the compile failed and this setting ran the eager update (the warning is in $log)" ;; esac
     case "$DEVICE$line" in cpu*|*'"cudagraph_skips": 0'*|*'"cudagraph_skips": null'*) ;; *) echo "  note: some compiled graphs ran without a CUDA graph (cudagraph_skips)" ;; esac
