@@ -25,12 +25,27 @@ from helpers import ROOT, assert_segments_equal, breakout_with_an_lstm, requires
 @pytest.mark.parametrize("graphed", [False, True], ids=["eager-push", "graphed-push"])
 @pytest.mark.parametrize("layout", [((6, 7), np.dtype(np.uint8)), {"camera": ((3, 5, 5), np.dtype(np.uint8)),
                                                                     "switch": ((2,), np.dtype(np.float32))}])
-def test_the_device_stack_holds_what_the_numpy_stack_holds(layout, graphed):
+@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=requires_cuda)])
+def test_the_device_stack_holds_what_the_numpy_stack_holds(where, layout, graphed):
     # Staged frames pushed once: a push with nothing staged (acting twice on one observation)
     # leaves the stack as it is, whether the host reads the staged flag or the device (a graph's push).
+    # On CUDA the staging buffer is pinned, its upload does not wait, and the graphed push is
+    # replayed from a CUDA graph captured before anything was staged (as acting's is).
     rng = np.random.default_rng(0)
     N, stack = 3, 4
-    host, device = FrameStacker(N, stack, layout), DeviceFrameStack(N, stack, layout, torch.device("cpu"))
+    host, device = FrameStacker(N, stack, layout), DeviceFrameStack(N, stack, layout, torch.device(where))
+    replay = lambda: device.push(graphed=graphed)  # noqa: E731
+    if where == "cuda" and graphed:
+        side = torch.cuda.Stream()  # the warm-up, as torch asks before a capture: nothing staged, nothing pushed
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            device.push(graphed=True)
+        torch.cuda.current_stream().wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            device.push(graphed=True)
+        replay = captured.replay
+        assert not any(part.any() for part in parts.parts_of(device.stacked))
 
     def frames():
         return parts.map_parts(lambda part: (rng.integers(1, 255, (N, *part[0]))).astype(part[1]), layout) \
@@ -38,7 +53,9 @@ def test_the_device_stack_holds_what_the_numpy_stack_holds(layout, graphed):
 
     def push_staged():
         device.upload()
-        device.push(graphed=graphed)
+        replay()
+        if where == "cuda":
+            torch.cuda.current_stream().synchronize()  # the upload's copy has finished
         device.pushed()
 
     first = frames()
@@ -47,17 +64,17 @@ def test_the_device_stack_holds_what_the_numpy_stack_holds(layout, graphed):
     for step in range(9):
         push_staged()
         for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.stacked), strict=True):
-            assert np.array_equal(got.numpy(), expected), step
+            assert np.array_equal(got.cpu().numpy(), expected), step
         if step % 3 == 2:
             push_staged()
             for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.stacked), strict=True):
-                assert np.array_equal(got.numpy(), expected), step
+                assert np.array_equal(got.cpu().numpy(), expected), step
         starts = rng.random(N) < 0.3
         new = frames()
         host.push(new, starts)
         device.stage(new, starts)
     for expected, got in zip(parts.parts_of(host.stacked), parts.parts_of(device.current()), strict=True):
-        assert np.array_equal(got.numpy(), expected)
+        assert np.array_equal(got.cpu().numpy(), expected)
     assert not device.pending
 
 
