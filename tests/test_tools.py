@@ -316,18 +316,22 @@ def test_every_cuda_only_test_is_in_the_gpu_reports_files_and_named_for_its_sele
         assert f"tests/{item.path.name}" in listed and "cuda" in item.nodeid.lower(), item.nodeid
 
 
-def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
-    # A setting that hangs (here a bench.py that sleeps) must not hold the device call: it is cut
-    # at --cut seconds and recorded as failed, and the report goes on to the next.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/bash\n[ "$1" = bench.py ] && exec sleep 600\nexec {sys.executable} "$@"\n')
-    python.chmod(0o755)
+def report_with_a_hanging_bench(tmp_path: Path, bench_line: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """The GPU report's dry run (CartPole, --cut 2) with a python that runs the bash line
+    ``bench_line`` for bench.py (one that hangs), and the report's JSON lines."""
+    python = fake_python(tmp_path / "python", f'[ "$1" = bench.py ] && {{ {bench_line}; }}')
     result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
                              "--seconds", "1", "--budget", "45", "--cut", "2", "--out", str(tmp_path / "report"),
                              "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     (report,) = (tmp_path / "report").glob("cpu-*.jsonl")
-    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    return result, [json.loads(line) for line in report.read_text().splitlines()]
+
+
+def test_the_gpu_report_cuts_a_setting_that_hangs_and_goes_on(tmp_path):
+    # A setting that hangs (here a bench.py that sleeps) must not hold the device call: it is cut
+    # at --cut seconds and recorded as failed, and the report goes on to the next.
+    _, lines = report_with_a_hanging_bench(tmp_path, "exec sleep 600")
     assert lines[0] == {"report": "--num-envs 16", "started_s": lines[0]["started_s"], "failed": "cut at 2 s (exit 124)"}
     assert 0 <= lines[0]["started_s"] <= 45
     assert lines[1]["report"] == "cuda tests" and len(lines) == 14
@@ -337,14 +341,8 @@ def test_the_gpu_report_keeps_the_figures_of_a_setting_whose_exit_hangs(tmp_path
     # On the H200 a bench.py printed its JSON line, then waited at exit for Inductor's compile
     # workers (pytorch/pytorch#162199) until it was cut: its figures are whole and the line keeps
     # them, saying that its exit was cut.
-    python = fake_python(tmp_path / "python", '[ "$1" = bench.py ] && { echo "end to end 1.0 steps/s"; '
-                         'echo \'{"steps_per_sec": 1.5, "env": "CartPole-v1"}\'; exec sleep 600; }')
-    result = subprocess.run(["bash", str(ROOT / "tools" / "gpu_report.sh"), "--env", "CartPole-v1", "--device", "cpu",
-                             "--seconds", "1", "--budget", "45", "--cut", "2", "--out", str(tmp_path / "report"),
-                             "--python", str(python)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    (report,) = (tmp_path / "report").glob("cpu-*.jsonl")
-    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    result, lines = report_with_a_hanging_bench(
+        tmp_path, 'echo "end to end 1.0 steps/s"; echo \'{"steps_per_sec": 1.5, "env": "CartPole-v1"}\'; exec sleep 600')
     assert lines[0] == {"report": "--num-envs 16", "started_s": lines[0]["started_s"],
                         "cut_after_its_figures": "cut at 2 s (exit 124): its exit hung", "steps_per_sec": 1.5,
                         "env": "CartPole-v1"}
