@@ -103,8 +103,8 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
       return
     fi
     # bench.py prints its JSON line once it has measured everything: a setting cut after it hung on
-    # its way out, its figures whole (the fourth report's cold cnn_lstm compile: torch 2.11's Inductor
-    # waited up to 300 s at exit for its compile workers, pytorch/pytorch#162199)
+    # its way out, its figures whole (on the H200, a cnn_lstm bench after a cold compile: torch 2.11's
+    # Inductor waited at exit for its compile workers, up to 300 s, pytorch/pytorch#162199)
     hung="\"cut_after_its_figures\": \"cut at $cut s (exit $code): its exit hung\", "
   fi
   if [ "${line:0:1}" != "{" ]; then
