@@ -137,6 +137,34 @@ def test_a_runner_acting_through_the_device_stacks_graph_step_collects_the_numpy
     assert dones.any() and trackers[0].counted() == trackers[1].counted()  # lost lives cleared the stacks
 
 
+@requires_cuda
+def test_cuda_a_runner_acting_through_the_device_stack_collects_the_numpy_stacks_segments():
+    # On CUDA: the device stack (pinned staging, one upload a step, the push on the GPU, actions
+    # and mu back in one pinned copy) against the numpy stack uploaded whole, both acting eagerly
+    # with one network and one generator seed: the same inputs through the same kernels, so the
+    # same segments bit for bit (Breakout: stacks cleared at lost lives, the forced FIRE after
+    # them, an LSTM state carried into each segment).
+    from acer_sync.rollout.runner import Runner
+    from atari.episodes import EpisodeTracker
+
+    info, model, fields = breakout_with_an_lstm()
+    device = torch.device("cuda")
+    model = model.to(device)
+    runs = []
+    for device_stack in (False, True):
+        env = VecEnv(info, 2, "ale")
+        generator = torch.Generator(device).manual_seed(3)
+        runner = Runner(env, model, device, 20, EpisodeTracker(2, True, True), fields, generator=generator)
+        runner.actor = runner.actors[0] = Actor(model, info, 2, device, generator=generator, update_normalizer=True,
+                                                device_stack=device_stack)
+        runner.reset(seed=0)
+        runs.append([runner.run() for _ in range(12)])
+        env.close()
+    for index, (numpy_segment, device_segment) in enumerate(zip(*runs, strict=True)):
+        assert_segments_equal(numpy_segment, device_segment, where=index)
+    assert np.concatenate([segment.dones for segment in runs[0]]).any()  # lost lives cleared the stacks
+
+
 def test_observing_on_the_device_stack_calls_no_torch_function():
     # The newest frames and episode starts are staged by numpy alone; act() uploads them in one copy.
     from torch.overrides import TorchFunctionMode
