@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 WARMUP_STEPS = 3
 
 
+def _set_sync_debug_mode(mode) -> None:
+    """torch's CUDA sync debug mode, without its "prototype feature" warning (a line above every
+    run's start)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
+        torch.cuda.set_sync_debug_mode(mode)
+
+
 class ActingGraph:
     """``__call__(obs, first, state) -> (packed [N, width + stat size], next state)``.
 
@@ -110,17 +118,13 @@ class ActingGraph:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         debug_mode = torch.cuda.get_sync_debug_mode()
-        with warnings.catch_warnings():  # torch's "a prototype feature" warning: a line above every run's start
-            warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
-            torch.cuda.set_sync_debug_mode("error")
+        _set_sync_debug_mode("error")
         try:
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS):
                     self._run_step()
         finally:  # as before the warm-up, whether or not it ran
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
-                torch.cuda.set_sync_debug_mode(debug_mode)
+            _set_sync_debug_mode(debug_mode)
             torch.cuda.current_stream(device).wait_stream(side)
             torch.cuda.current_stream(device).synchronize()
             for tensor, value in zip((*self.restore, *self.state), saved, strict=True):
