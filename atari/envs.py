@@ -799,6 +799,9 @@ class VecEnv:
             raise UserError(f"--env-groups {groups} steps ALE's vector envs apart: it needs --vec-env ale (an Atari game)")
         #: How many groups the envs step in (:meth:`send`, :meth:`recv`), and each one's envs.
         self.groups, self.group_size = groups, num_envs // groups
+        #: Each group's envs as rows of the run's arrays (``slice(None)``, all of them, for one group).
+        self.group_rows = [slice(None)] if groups == 1 else [
+            slice(group * self.group_size, (group + 1) * self.group_size) for group in range(groups)]
         self.backend = backend
         self.timeout = timeout
         self.steps = 0  # vector steps taken, for the messages
@@ -1043,9 +1046,8 @@ class VecEnv:
 
     def step(self, actions: np.ndarray):
         if self.groups > 1:  # every group's actions sent, then each group's step received, in order
-            size = self.group_size
-            for group in range(self.groups):
-                self.send(group, actions[group * size:(group + 1) * size])
+            for group, rows in enumerate(self.group_rows):
+                self.send(group, actions[rows])
             stepped = [self.recv(group) for group in range(self.groups)]
             return (_concatenated([step[0] for step in stepped]), *(np.concatenate(values) for values in list(zip(*stepped))[1:]))
         obs, rewards, terminated, truncated, info = self._call("step", self.env.step, np.asarray(actions, dtype=self.action_dtype))

@@ -74,7 +74,7 @@ class Runner:
         generators = [generator] + [
             None if generator is None else torch.Generator(generator.device).manual_seed(group_seed(generator.initial_seed(), group))
             for group in range(1, env.groups)]
-        size = env.num_envs // env.groups
+        size = env.group_size
         #: One Actor per group of envs (one in all without groups); :attr:`actor` is the first.
         self.actors = [Actor(model, env.info, size, device, generator=group_generator, update_normalizer=True,
                              precision=precision, graph=graph, first_env=group * size)
@@ -110,23 +110,16 @@ class Runner:
     def _reset(self, seed: int | None) -> None:
         frames, lives = self.env.reset(seed=seed)
         self.tracker.reset(lives)
-        for rows, actor in zip(self._group_rows(), self.actors, strict=True):
+        for rows, actor in zip(self.env.group_rows, self.actors, strict=True):
             actor.reset(parts.map_parts(lambda part: part[rows], frames))
         self.frames = frames
-
-    def _group_rows(self) -> list[slice]:
-        """Each group's envs, as rows of the run's arrays (all of them, ``slice(None)``, for one group)."""
-        if self.env.groups == 1:
-            return [slice(None)]
-        size = self.env.num_envs // self.env.groups
-        return [slice(group * size, (group + 1) * size) for group in range(self.env.groups)]
 
     def _run(self) -> Segment:
         if self.frames is None:
             raise RuntimeError("call reset() before run()")
         T, env = self.nsteps, self.env
         segment = empty_segment(self.fields, T, env.num_envs)
-        groups = list(zip(self._group_rows(), self.actors, strict=True))
+        groups = list(zip(env.group_rows, self.actors, strict=True))
         for rows, actor in groups:
             for array, tensor in zip(segment.state, actor.state, strict=True):
                 array[rows] = tensor.float().cpu().numpy()
