@@ -80,8 +80,11 @@ class EpisodeTracker:
 
         lives = np.asarray(lives, dtype=np.int64)
         life_lost = lost_life(lives, self.lives[rows], game_over)
-        self.life_lost = life_lost if rows == slice(None) else np.zeros(len(self.lives), dtype=bool)
-        self.life_lost[rows] = life_lost
+        if rows == slice(None):
+            self.life_lost = life_lost
+        else:  # a group's: the other envs lost none in this step
+            self.life_lost = np.zeros(len(self.lives), dtype=bool)
+            self.life_lost[rows] = life_lost
         train_dones = game_over.copy()
         if self.life_loss_ends_episode:
             train_dones |= life_lost
