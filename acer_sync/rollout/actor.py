@@ -86,10 +86,11 @@ class DeviceFrameStack:
         self.cuda = device.type == "cuda"
         fields = [((num_envs, *shape), np.dtype(dtype)) for shape, dtype in parts.parts_of(layout)]
         fields += [((num_envs,), np.dtype(bool)), ((1,), np.dtype(bool))]  # the episode starts, the staged flag
-        offsets, size = [], 0
+        spans, size = [], 0  # each field's bytes in the buffer
         for shape, dtype in fields:
-            offsets.append(size)
-            size += -(-int(np.prod(shape)) * dtype.itemsize // self.ALIGN) * self.ALIGN
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            spans.append(slice(size, size + nbytes))
+            size += -(-nbytes // self.ALIGN) * self.ALIGN
         with torch.inference_mode(False):  # written in place inside and outside inference mode (acting's capture)
             def zeros(shape_dtype):
                 shape, dtype = shape_dtype
@@ -101,10 +102,9 @@ class DeviceFrameStack:
         if self.cuda:  # zeroed on this stream: done before acting's stream writes them
             torch.cuda.current_stream(device).synchronize()
         host_bytes = self.host_buffer.numpy()
-        host_views = [host_bytes[offset:offset + int(np.prod(shape)) * dtype.itemsize].view(dtype).reshape(shape)
-                      for (shape, dtype), offset in zip(fields, offsets, strict=True)]
-        device_views = [self.device_buffer[offset:offset + int(np.prod(shape)) * dtype.itemsize].view(torch_dtype(dtype)).view(shape)
-                        for (shape, dtype), offset in zip(fields, offsets, strict=True)]
+        host_views = [host_bytes[span].view(dtype).reshape(shape) for (shape, dtype), span in zip(fields, spans, strict=True)]
+        device_views = [self.device_buffer[span].view(torch_dtype(dtype)).view(shape)
+                        for (shape, dtype), span in zip(fields, spans, strict=True)]
         keys = list(layout) if isinstance(layout, dict) else None
 
         def as_frames(views: list):
