@@ -795,8 +795,7 @@ class VecEnv:
         self.num_envs = num_envs
         if groups < 1 or num_envs % groups:
             raise UserError(f"--env-groups {groups} must divide --num-envs {num_envs} into groups of equal size")
-        if groups > 1 and backend != "ale":
-            raise UserError(f"--env-groups {groups} steps ALE's vector envs apart: it needs --vec-env ale (an Atari game)")
+        check_groups_backend(groups, backend)
         #: How many groups the envs step in (:meth:`send`, :meth:`recv`), and each one's envs.
         self.groups, self.group_size = groups, num_envs // groups
         #: Each group's envs as rows of the run's arrays (``slice(None)``, all of them, for one group).
@@ -1152,6 +1151,13 @@ class VecEnv:
 def _concatenated(frames: list):
     """Groups' frames (arrays, or dicts of them) as the frames of all their envs, in order."""
     return parts.map_parts(lambda *group_parts: np.concatenate(group_parts), *frames)
+
+
+def check_groups_backend(groups: int, backend: str) -> None:
+    """A :class:`UserError` where envs in ``groups`` (``--env-groups``) would step on another
+    backend than ``ale``, the one whose vector env sends and receives its steps apart."""
+    if groups > 1 and backend != "ale":
+        raise UserError(f"--env-groups {groups} steps ALE's vector envs apart: it needs --vec-env ale (an Atari game)")
 
 
 def choose_backend(info: EnvInfo, requested: str = "") -> str:

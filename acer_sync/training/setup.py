@@ -37,7 +37,7 @@ from acer_sync.training.callbacks import (
 from acer_sync.training.checkpoint import BUFFER_FILE, load_buffer, remove_leftovers, restore
 from acer_sync.training.tracking import WandbCallback
 from acer_sync.training.trainer import Parts, Trainer
-from atari.envs import EnvInfo, VecEnv, choose_backend
+from atari.envs import EnvInfo, VecEnv, check_groups_backend, choose_backend
 from atari.episodes import EpisodeTracker
 
 
@@ -147,8 +147,7 @@ def build_trainer(
         times the bare iteration without them.
     """
     callbacks = list(callbacks)
-    if config.env_groups > 1 and choose_backend(info, config.vec_env) != "ale":  # before the buffer, which may be large
-        raise UserError(f"--env-groups {config.env_groups} steps ALE's vector envs apart: it needs --vec-env ale (an Atari game)")
+    check_groups_backend(config.env_groups, choose_backend(info, config.vec_env))  # before the buffer, which may be large
     if config.capture_video:
         render_headless()  # before an env first imports MuJoCo or pygame
     # torch's thread count is the process's: the Trainer gives the caller's back when it closes
