@@ -95,21 +95,17 @@ setting() {  # [VAR=VALUE ...] then bench.py's flags for one setting (the variab
   line=$(env "${vars[@]}" timeout -k 10 "$cut" "$PY" bench.py --env "$ENV_ID" --device "$DEVICE" --seconds "$SECONDS_PER" \
     --json "$@" 2>>"$log" | tail -1; exit "${PIPESTATUS[0]}")
   code=$?
-  local hung=""
+  local hung="" failure="bench.py printed no JSON line" said="failed"
   if [ "$code" = 124 ] || [ "$code" = 137 ]; then  # 137: killed 10 s after the TERM (or for memory)
-    if [ "${line:0:1}" != "{" ]; then
-      echo "{$head, \"failed\": \"cut at $cut s (exit $code)\"}" >> "$out"
-      echo "  cut at $cut s: $label"
-      return
-    fi
+    failure="cut at $cut s (exit $code)" said="cut at $cut s"
     # bench.py prints its JSON line once it has measured everything: a setting cut after it hung on
     # its way out, its figures whole (on the H200, a cnn_lstm bench after a cold compile: torch 2.11's
     # Inductor waited at exit for its compile workers, up to 300 s, pytorch/pytorch#162199)
-    hung="\"cut_after_its_figures\": \"cut at $cut s (exit $code): its exit hung\", "
+    hung="\"cut_after_its_figures\": \"$failure: its exit hung\", "
   fi
   if [ "${line:0:1}" != "{" ]; then
-    echo "{$head, \"failed\": \"bench.py printed no JSON line\"}" >> "$out"
-    echo "  failed: $label"
+    echo "{$head, \"failed\": \"$failure\"}" >> "$out"
+    echo "  $said: $label"
     return
   fi
   echo "{$head, $hung${line:1}" >> "$out"
