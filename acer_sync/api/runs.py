@@ -109,13 +109,13 @@ def train(
         already hold a run.
     :param resume: continue the run in this directory from its latest checkpoint instead;
         ``settings`` may then change only those in ``acer_sync.base.config.RESUMABLE_CHANGES``
-        (``total_timesteps``, ``device``, ``threads``, ``precision``, ``env_timeout``, ``compile``,
-        ``pipeline``, ``replay_device``, ``track``, ``wandb_project``, ``wandb_entity``), and ``env``
-        (needed again for a run of a callable) must be the run's own.
+        (the run's length, where and how fast it runs, what it reports and keeps; the Training page
+        lists them), and ``env`` (needed again for a run of a callable) must be the run's own.
     :param callbacks: [`Callback`][acer_sync.training.callbacks.Callback] instances, called around each
-        iteration after the built-in ones (evaluation, progress rows, checkpoints); one that returns
-        False stops the run (a checkpoint is saved, and ``train`` returns); an exception raised in
-        one saves a checkpoint, then propagates.
+        iteration after the built-in evaluation, progress row and bar, and before the periodic
+        checkpoint, which then holds their state (the final checkpoint comes before their
+        ``on_training_end``); one that returns False stops the run (a checkpoint is saved, and
+        ``train`` returns); an exception raised in one saves a checkpoint, then propagates.
     :param verbose: 1 shows what the run says (the run directory, the buffer's size, resuming) on
         standard output and its warnings on standard error, through the ``acer_sync`` logger
         (``acer_sync.base.log``); 0 shows nothing but warnings and errors, and no progress bar.
