@@ -97,10 +97,16 @@ def test_an_exception_in_a_users_callback_saves_a_checkpoint_then_propagates(tmp
     def explodes(_):
         raise Boom("the user's bug")
 
-    hooks = {"callback": dict(callbacks=[Explodes()]), "on_progress": dict(on_progress=explodes),
-             "on_checkpoint": dict(on_checkpoint=explodes, checkpoint_every=60)}[how]
+    class SeesTheEnd(acer_sync.Callback):
+        def on_training_end(self, trainer, outcome):
+            self.outcome = outcome
+
+    sees_the_end = SeesTheEnd()
+    hooks = {"callback": dict(callbacks=[Explodes(), sees_the_end]), "on_progress": dict(on_progress=explodes, callbacks=[sees_the_end]),
+             "on_checkpoint": dict(on_checkpoint=explodes, checkpoint_every=60, callbacks=[sees_the_end])}[how]
     with pytest.raises(Boom, match="the user's bug"):
         acer_sync.train("CartPole-v1", run_dir=run_dir, total_timesteps=10_000, **{**SMALL, **hooks})
+    assert sees_the_end.outcome.stop is Stop.CALLBACK_FAILED and sees_the_end.outcome.error == "Boom: the user's bug"
     saved = load_checkpoint(run_dir)["counters"]["timesteps"]
     # the first row is due after 4 iterations; the first checkpoint at step 60, after 6
     assert saved == {"callback": 50, "on_progress": 40, "on_checkpoint": 60}[how]
