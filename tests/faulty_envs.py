@@ -11,7 +11,8 @@ step ``at_step`` (counted per env instance), where it does what ``fault`` says:
   2.5 s and continued (SIGCONT) (Ctrl-Z, then ``fg``), the step returning 3.2 s after it began;
 * ``seven_obs``: returns 7 as its observation's first number, once, the episode going on; ``seven_at_cut``:
   the same, and truncates the episode there (``tests/user_torsos.py:NanAtSeven`` is NaN on it);
-* ``exit``: calls ``sys.exit(0)``;
+* ``exit``: calls ``sys.exit(0)``; ``os_exit``: ends its process with ``os._exit(5)`` (no Python
+  cleanup, as a C library's ``exit`` or an abort ends it; a ``subproc`` worker dies of it);
 * ``nan_terminal`` / ``nan_at_cut``: returns a NaN observation and ends the episode there, once,
   as terminated (a state that diverged) / as truncated (a time limit).
 
@@ -61,7 +62,7 @@ class FaultyCartPole(gym.Wrapper):
     def __init__(self, fault: str = "raise", at_step: int = 50, from_instance: int = 0, render_mode: str | None = None):
         super().__init__(gym.make("CartPole-v1", render_mode=render_mode))
         if fault not in ("raise", "nan_obs", "nan_reward", "hang", "slow", "stall", "raise_at_init", "raise_at_reset", "hang_at_reset",
-                         "seven_obs", "seven_at_cut", "stop_process", "exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "json", "render_raise", "render_hang", "close_raise", "close_hang"):
+                         "seven_obs", "seven_at_cut", "stop_process", "exit", "os_exit", "big_reward", "nan_terminal", "nan_at_cut", "close_exit", "close_unpicklable", "unpicklable", "exit_at_init", "json", "render_raise", "render_hang", "close_raise", "close_hang"):
             raise ValueError(f"unknown fault {fault!r}")
         self.fault, self.at_step = fault, at_step
         self.faulty = next(_instances) >= from_instance
@@ -92,6 +93,8 @@ class FaultyCartPole(gym.Wrapper):
                 raise json.JSONDecodeError("Expecting value", "x", 0)
             if self.fault == "exit":
                 sys.exit(0)
+            if self.fault == "os_exit":
+                os._exit(5)
             if self.fault == "slow":
                 time.sleep(0.1)
             if self.fault == "stop_process" and self.steps == self.at_step:

@@ -385,6 +385,17 @@ def test_an_env_that_calls_sys_exit_stops_with_a_checkpoint_as_one_that_raises(t
     assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 240
 
 
+def test_a_subproc_worker_that_exits_with_a_code_is_named_with_it_and_the_run_checkpointed(tmp_path):
+    # The killed worker's case (test_robustness.py) with a process that ends itself: its exit code,
+    # not a signal, is what the line names.
+    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "os_exit", "at_step": 130},
+                               total_timesteps=100_000, vec_env="subproc")
+    outcome = trainer.train()
+    assert outcome.stop is Stop.ENV_DIED and EXIT_CODES[outcome.stop] == 3
+    assert re.fullmatch(r"env \d of 2 \(worker pid \d+\) exited with code 5; saved a checkpoint at step 240", outcome.error), outcome.error
+    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 240
+
+
 @pytest.mark.parametrize("fault, stop, message", [
     ("render_raise", Stop.ENV_FAILED, " raised RuntimeError in render: GL context lost"),
     ("render_hang", Stop.ENV_TIMEOUT, "'s render did not return within --env-timeout 1 s"),
@@ -549,7 +560,8 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_path, stop_signal):
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
         [*TRAIN, "--env", FAULTY, "--env-kwargs", "fault=hang", "at_step=130", "--vec-env", "subproc", "--num-envs", "2",
@@ -565,13 +577,13 @@ def test_sigterm_ends_a_run_whose_env_hangs_within_20_s_with_a_checkpoint(tmp_pa
             time.sleep(0.2)
         time.sleep(1.0)  # the envs now hang in their step 130
         signalled = time.monotonic()
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop_signal)
         _, stderr = process.communicate(timeout=40)
         took = time.monotonic() - signalled
     finally:
         process.kill()
     assert process.returncode == 130 and took < 20, (took, stderr)
-    assert stderr.strip() == f"train.py: error: {FAULTY}'s step had not returned 10 s after SIGTERM; saved a checkpoint at step 240"
+    assert stderr.strip() == f"train.py: error: {FAULTY}'s step had not returned 10 s after {stop_signal.name}; saved a checkpoint at step 240"
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 240
 
 
@@ -598,7 +610,7 @@ def test_env_workers_that_a_stop_signal_ended_too_are_no_error_line(tmp_path, ca
     # A SIGTERM to the process group (Slurm's scancel, a scheduler's stop) ends the subproc workers
     # too: the run stopped with exit 130 and its summary, then "error: env 0 of 8 (worker pid ...)
     # was killed by SIGTERM", which reads as an env's failure (exit 3). An env that hangs past the
-    # stop's grace period still says so (test_sigterm_ends_a_run_whose_env_hangs_within_20_s...).
+    # stop's grace period still says so (test_a_stop_signal_ends_a_run_whose_env_hangs_within_20_s...).
     from atari.errors import EnvWorkerDied
 
     trainer = cartpole_trainer(tmp_path, total_timesteps=10_000, checkpoint_every=10**6)
