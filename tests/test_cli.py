@@ -329,6 +329,19 @@ def test_play_on_a_full_disk_leaves_no_broken_video_and_exits_5(pong_run, tmp_pa
     assert list(tmp_path.iterdir()) == []  # neither a broken mp4 nor its temporary file
 
 
+def test_play_on_a_full_disk_leaves_no_half_written_actions_csv_and_exits_5(pong_run, tmp_path):
+    def full_after_20_kb() -> None:  # a game of Pong logs some 800 rows, 40 kB and more
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    steps = tmp_path / "steps.csv"
+    result = subprocess.run([sys.executable, str(ROOT / "play.py"), str(pong_run), "--episodes", "1", "--actions", str(steps)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=full_after_20_kb)
+    assert result.returncode == 5, result.stderr
+    assert result.stderr.strip().splitlines() == [f"play.py: error: cannot write {steps}: File too large"], result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither a half-written CSV nor its temporary file
+
+
 def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
     payload = load_checkpoint(pong_run)
     payload["model_spec"]["n_actions"] = 4
