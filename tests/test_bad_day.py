@@ -1143,6 +1143,24 @@ def test_out_of_memory_mid_run_is_one_line_exit_7_with_a_checkpoint(tmp_path, er
     assert line == f"train.py: error: out of memory at step {step} ({said}); saved a checkpoint at step {step}"
 
 
+@pytest.mark.parametrize("error, said", [
+    ("oom", "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.20 GiB is free"),
+    ("memory", "MemoryError"),
+])
+@pytest.mark.parametrize("pipeline", ["serial", "overlap"])
+def test_out_of_memory_while_acting_stops_with_the_checkpoint_of_where_the_run_stood(tmp_path, error, said, pipeline):
+    # The run's end-to-end memory tests struck in an update; acting's passes (the collecting
+    # thread's own copy of the network, overlapped) end the run the same way, the collection dropped.
+    run_dir = tmp_path / "run"
+    outcome = acer_sync.api.runs.run("CartPole-v1", run_dir=run_dir, torso="user_torsos:FailsAt", pipeline=pipeline,
+                                     torso_kwargs={"error": error, "where": "act", "at": 130}, total_timesteps=4000,
+                                     progress_bar=False, **SMALL)
+    step = load_checkpoint(run_dir)["counters"]["timesteps"]
+    assert outcome.stop is Stop.OUT_OF_MEMORY and EXIT_CODES[outcome.stop] == 7
+    assert outcome.error == f"out of memory at step {step} ({said}); saved a checkpoint at step {step}"
+    assert 0 < step == outcome.timesteps < 4000 and outcome.checkpoint_step == step
+
+
 @pytest.mark.parametrize("error", ["oom", "runtime"])
 def test_a_failure_whose_final_checkpoint_cannot_be_written_says_both(tmp_path, monkeypatch, caplog, error):
     # "out of memory at step 400 (...); saved a checkpoint at step 400; then cannot write ...": the

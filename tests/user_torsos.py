@@ -194,6 +194,7 @@ FAILURES = {
         "Including non-PyTorch memory, this process has 77.90 GiB memory in use."),
     "allocator": lambda: RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: "
                                       "you tried to allocate 123456789 bytes. Error code 12 (Cannot allocate memory)"),
+    "memory": MemoryError,
     "keyboard": KeyboardInterrupt,
 }
 
