@@ -882,6 +882,13 @@ def test_files_that_are_not_checkpoints_are_refused_in_one_line(run_copy, tmp_pa
 
 @pytest.mark.parametrize("edit, match", [
     (lambda payload: payload.pop("model_spec"), "its model_spec is missing, not a dict"),
+    (lambda payload: payload.pop("config"), "its config is missing, not a dict"),
+    (lambda payload: payload.pop("model"), "its model is missing, not a dict"),
+    (lambda payload: payload["model"].update({"head.policy.weight": payload["model"].pop("head.pi.weight")}),
+     r"the checkpoint's model has other tensors than this network: missing \['head.pi.weight'\], unexpected \['head.policy.weight'\]"),
+    (lambda payload: payload["average_model"].update({"head.pi.weight": torch.zeros(3, 16)}),
+     r"the checkpoint's average_model has head.pi.weight of shape \(3, 16\); this network's is \(2, 16\)"),
+    (lambda payload: payload.pop("average_model"), "the checkpoint's average_model is missing"),
     (lambda payload: payload.update(env_id=5), "its env_id is a int, not a str"),
     (lambda payload: payload.update(recent_returns="x"), "recent_returns is damaged, not a list of numbers"),
     (lambda payload: payload.update(recent_lengths=[1, float("nan")]), "recent_lengths is damaged"),
