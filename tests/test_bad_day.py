@@ -388,12 +388,14 @@ def test_an_env_that_calls_sys_exit_stops_with_a_checkpoint_as_one_that_raises(t
 def test_a_subproc_worker_that_exits_with_a_code_is_named_with_it_and_the_run_checkpointed(tmp_path):
     # The killed worker's case (test_robustness.py) with a process that ends itself: its exit code,
     # not a signal, is what the line names.
-    trainer = cartpole_trainer(tmp_path, env=faulty_envs.ENV_ID, env_kwargs={"fault": "os_exit", "at_step": 130},
-                               total_timesteps=100_000, vec_env="subproc")
-    outcome = trainer.train()
+    # Through the library: TrainingStopped, its outcome ENV_DIED.
+    with pytest.raises(acer_sync.TrainingStopped) as stopped:
+        acer_sync.train(faulty_envs.ENV_ID, run_dir=tmp_path / "run", env_kwargs={"fault": "os_exit", "at_step": 130},
+                        total_timesteps=100_000, verbose=0, **{**SMALL, "vec_env": "subproc"})
+    outcome = stopped.value.outcome
     assert outcome.stop is Stop.ENV_DIED and EXIT_CODES[outcome.stop] == 3
     assert re.fullmatch(r"env \d of 2 \(worker pid \d+\) exited with code 5; saved a checkpoint at step 240", outcome.error), outcome.error
-    assert load_checkpoint(tmp_path)["counters"]["timesteps"] == 240
+    assert load_checkpoint(tmp_path / "run")["counters"]["timesteps"] == 240
 
 
 @pytest.mark.parametrize("fault, stop, message", [
@@ -1159,9 +1161,10 @@ def test_out_of_memory_while_acting_stops_with_the_checkpoint_of_where_the_run_s
     # The run's end-to-end memory tests struck in an update; acting's passes (the collecting
     # thread's own copy of the network, overlapped) end the run the same way, the collection dropped.
     run_dir = tmp_path / "run"
-    outcome = acer_sync.api.runs.run("CartPole-v1", run_dir=run_dir, torso="user_torsos:FailsAt", pipeline=pipeline,
-                                     torso_kwargs={"error": error, "where": "act", "at": 130}, total_timesteps=4000,
-                                     progress_bar=False, **SMALL)
+    with pytest.raises(acer_sync.TrainingStopped) as stopped:  # through the library
+        acer_sync.train("CartPole-v1", run_dir=run_dir, torso="user_torsos:FailsAt", pipeline=pipeline,
+                        torso_kwargs={"error": error, "where": "act", "at": 130}, total_timesteps=4000, verbose=0, **SMALL)
+    outcome = stopped.value.outcome
     step = load_checkpoint(run_dir)["counters"]["timesteps"]
     assert outcome.stop is Stop.OUT_OF_MEMORY and EXIT_CODES[outcome.stop] == 7
     assert outcome.error == f"out of memory at step {step} ({said}); saved a checkpoint at step {step}"
