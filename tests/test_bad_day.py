@@ -963,6 +963,14 @@ def test_a_run_directory_without_a_checkpoint_says_there_is_nothing_to_resume(ru
     refused_resume(run_copy, r"holds no checkpoint \(.*latest.pt is missing\)$")
 
 
+def test_a_resume_of_a_finished_run_says_there_is_nothing_to_train(run_copy, capsys):
+    # It said only "resuming at step 480: ..." and then the finished run's summary, as if it had trained.
+    assert acer_sync.train(resume=run_copy, progress_bar=False) == run_copy
+    assert ("resuming at step 480: replay resumes with the saved buffer (240 steps per env); the run has reached "
+            "its --total-timesteps 480, so there is nothing to train: a larger --total-timesteps continues it") in capsys.readouterr().out
+    assert load_checkpoint(run_copy)["counters"]["timesteps"] == 480
+
+
 def test_a_resume_writes_a_missing_config_json_again(run_copy):
     (run_copy / "config.json").unlink()
     acer_sync.train(resume=run_copy, total_timesteps=520, verbose=0)

@@ -348,7 +348,8 @@ def build_figure(groups: list[Group], texts: list[str], axis: str, window: int, 
         band = seed_band(group, axis, window)
         if band is not None:
             grid, mean, low, high = band
-            panel.plot(grid, mean, color=color, label=label)
+            lone = np.isfinite(mean).sum() == 1  # a run of one row so far: a line of one point draws nothing
+            panel.plot(grid, mean, color=color, label=label, marker="o" if lone else None, markersize=4)
             panel.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
         eval_x = np.concatenate([x_values(run, axis)[np.isfinite(eval_means(run))] for run in group.runs])
         eval_y = np.concatenate([eval_means(run)[np.isfinite(eval_means(run))] for run in group.runs])
