@@ -1145,8 +1145,12 @@ def test_a_keyboard_interrupt_that_no_signal_sent_saves_and_goes_on(tmp_path):
     assert 0 < load_checkpoint(tmp_path / "torso")["counters"]["timesteps"] < 4000
 
 
+#: What the run says of user_torsos.FAILURES["oom"], the part of torch's message up to the free memory.
+CUDA_OUT_OF_MEMORY_SAID = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.20 GiB is free"
+
+
 @pytest.mark.parametrize("error, said", [
-    ("oom", "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.20 GiB is free"),
+    ("oom", CUDA_OUT_OF_MEMORY_SAID),
     ("allocator", "DefaultCPUAllocator: can't allocate memory: you tried to allocate 123456789 bytes. Error code 12 (Cannot allocate memory)"),
 ])
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])
@@ -1161,7 +1165,7 @@ def test_out_of_memory_mid_run_is_one_line_exit_7_with_a_checkpoint(tmp_path, er
 
 
 @pytest.mark.parametrize("error, said", [
-    ("oom", "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.20 GiB is free"),
+    ("oom", CUDA_OUT_OF_MEMORY_SAID),
     ("memory", "MemoryError"),
 ])
 @pytest.mark.parametrize("pipeline", ["serial", "overlap"])

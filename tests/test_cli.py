@@ -315,31 +315,22 @@ def test_missing_checkpoints(tmp_path):
     assert str(error.value).endswith(f"does not exist; did you mean {tmp_path / 'step_0000016000.pt'}?")
 
 
-def test_play_on_a_full_disk_leaves_no_broken_video_and_exits_5(pong_run, tmp_path):
-    def full_after_30_kb() -> None:  # writes past 30 kB fail (EFBIG), as on a full disk (ENOSPC)
+@pytest.mark.parametrize("flag, name, limit, said", [
+    ("--video", "pong.mp4", 30_000, "only "),  # "only N of its M frames reached the file"
+    ("--actions", "steps.csv", 20_000, "File too large"),  # a game of Pong logs some 800 rows, 40 kB and more
+])
+def test_play_on_a_full_disk_leaves_no_half_written_file_and_exits_5(pong_run, tmp_path, flag, name, limit, said):
+    def full_after_limit() -> None:  # writes past the limit fail (EFBIG), as on a full disk (ENOSPC)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    video = tmp_path / "pong.mp4"
-    result = subprocess.run([sys.executable, str(ROOT / "play.py"), str(pong_run), "--episodes", "1", "--video", str(video)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=full_after_30_kb)
+    target = tmp_path / name
+    result = subprocess.run([sys.executable, str(ROOT / "play.py"), str(pong_run), "--episodes", "1", flag, str(target)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=full_after_limit)
     assert result.returncode == 5, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"play.py: error: cannot write {video}: only "), result.stderr
-    assert list(tmp_path.iterdir()) == []  # neither a broken mp4 nor its temporary file
-
-
-def test_play_on_a_full_disk_leaves_no_half_written_actions_csv_and_exits_5(pong_run, tmp_path):
-    def full_after_20_kb() -> None:  # a game of Pong logs some 800 rows, 40 kB and more
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-
-    steps = tmp_path / "steps.csv"
-    result = subprocess.run([sys.executable, str(ROOT / "play.py"), str(pong_run), "--episodes", "1", "--actions", str(steps)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=full_after_20_kb)
-    assert result.returncode == 5, result.stderr
-    assert result.stderr.strip().splitlines() == [f"play.py: error: cannot write {steps}: File too large"], result.stderr
-    assert list(tmp_path.iterdir()) == []  # neither a half-written CSV nor its temporary file
+    assert len(lines) == 1 and lines[0].startswith(f"play.py: error: cannot write {target}: {said}"), result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither a broken file nor its temporary one
 
 
 def test_checkpoint_for_another_architecture_is_refused(pong_run, tmp_path):
