@@ -314,19 +314,14 @@ def test_a_short_run_is_framed_by_its_own_range(tmp_path, axis, per_step):
         plt.close(figure)
 
 
-def test_a_run_of_one_row_is_drawn_as_a_point(tmp_path):
+@pytest.mark.parametrize("rows, marker", [(2, "o"), (5, "None")])  # write_run's first row is NaN
+def test_a_run_of_one_row_is_drawn_as_a_point(tmp_path, rows, marker):
     """A line through one point draws nothing: a run's first row (its first mean of 100 games) is a marker."""
-    groups = plot.group_runs([plot.load_run(write_run(tmp_path / "first", rows=2, evaluated=False))])  # row 1 is NaN
+    groups = plot.group_runs([plot.load_run(write_run(tmp_path / "run", rows=rows, evaluated=False))])
     figure = plot.build_figure(groups, [""], "steps", 1)
     try:
         curve = next(line for line in figure.axes[0].get_lines() if line.get_label().startswith("PongNoFrameskip-v4"))
-        assert np.isfinite(curve.get_ydata()).sum() == 1 and curve.get_marker() == "o"
-    finally:
-        plt.close(figure)
-    longer = plot.group_runs([plot.load_run(write_run(tmp_path / "longer", rows=5, evaluated=False))])
-    figure = plot.build_figure(longer, [""], "steps", 1)
-    try:
-        assert next(line for line in figure.axes[0].get_lines() if line.get_label().startswith("PongNoFrameskip-v4")).get_marker() == "None"
+        assert np.isfinite(curve.get_ydata()).sum() == rows - 1 and curve.get_marker() == marker
     finally:
         plt.close(figure)
 
