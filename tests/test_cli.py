@@ -243,6 +243,8 @@ def test_resume_refuses_conflicting_flags(pong_run):
         (["--buffer-size", "110", "--replay-start", "110"], "exceeds what --buffer-size (110) holds in whole segments of --nsteps (100)"),
         (["--buffer-size", "100000000"], "lower --buffer-size"),
         (["--num-envs", "many"], "invalid int value"),
+        (["--num-env", "4"], "unrecognized arguments: --num-env 4"),  # argparse took it for --num-envs
+        (["--total", "1000"], "unrecognized arguments: --total 1000"),  # it ran 1,000 steps as --total-timesteps
     ],
 )
 def test_bad_train_flags_get_one_line_errors(args, message, tmp_path):

@@ -16,7 +16,12 @@ from acer_sync.base.errors import UserError
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is a :class:`UserError`, which the script's
-    :func:`acer_sync.base.errors.run_cli` reports in one line (``prog: error: ...``) with exit code 2."""
+    :func:`acer_sync.base.errors.run_cli` reports in one line (``prog: error: ...``) with exit code 2.
+    A flag is given in full: argparse's abbreviations (``--num-env`` for ``--num-envs``) are refused, so a
+    mistyped flag is an error, not another setting, and a command keeps its meaning when flags are added."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message: str):
         raise UserError(f"{message} (see --help)")
