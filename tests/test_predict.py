@@ -122,11 +122,25 @@ def test_predict_takes_a_vector_envs_batch(trained):
 def test_predict_refuses_a_wrong_observation_in_one_line_naming_the_space(trained):
     policy, _ = trained
     with pytest.raises(acer_sync.UserError) as error:
-        policy.predict({"no": "such"} if policy.observation_space is None else np.zeros((2, 2, 2, 2, 2)))
+        policy.predict({"no": "such"} if policy.own_space is None else np.zeros((2, 2, 2, 2, 2)))
     message = str(error.value)
     assert "\n" not in message and "predict takes an observation of " in message
-    if policy.observation_space is not None:
-        assert str(policy.observation_space) in message
+    if policy.own_space is not None:
+        assert str(policy.own_space) in message
+
+
+def test_the_observation_space_holds_what_the_env_and_make_env_return(trained):
+    # SB3's model.observation_space: a gymnasium space always (it was None where training kept the env's observations)
+    policy, make = trained
+    env = make()
+    raw, _ = env.reset(seed=0)
+    assert isinstance(policy.observation_space, gym.spaces.Space) and policy.observation_space.contains(raw)
+    if policy.own_space is not None:
+        assert policy.observation_space == env.observation_space
+    else:  # the frames' Box: the env's own shape (and an image's dtype and bounds)
+        frames, _ = acer_sync.make_env(make).reset(seed=0)
+        assert policy.observation_space.contains(frames) and policy.observation_space.shape == env.observation_space.shape
+        assert policy.observation_space.shape == policy.observation_shape
 
 
 def test_make_env_takes_the_callable_a_run_was_trained_with(tmp_path):

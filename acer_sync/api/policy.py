@@ -32,6 +32,7 @@ from acer_sync.nets.build import (
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses, native_bf16, runs_in_bf16
+from acer_sync.nets.torsos import observation_space_of, parts_space_of
 from acer_sync.rollout.actor import choose_actions, policy_not_finite
 from acer_sync.training.checkpoint import load_run_checkpoint
 from atari import parts
@@ -96,8 +97,22 @@ class Policy:
             self.observation_shape = {key: tuple(shape) for key, shape, _ in parts_spec}
         #: Whether the network carries a state from step to step (``--network lstm`` or ``cnn_lstm``).
         self.recurrent = bool(model.state_shapes)
-        #: The env's own observation space, where its observations are not the network's frames.
-        self.observation_space = observation_space
+        #: The env's own observation space, where its observations are not the network's frames (None where they are).
+        self.own_space = observation_space
+
+    @property
+    def observation_space(self) -> gym.Space:
+        """One observation as :meth:`predict` takes it, as a gymnasium space (SB3's
+        ``model.observation_space``): the env's own where training turned its observations into frames
+        of another shape (a Dict, an int, an HWC image); else the Box of the frames, which are the env's
+        own (``make_env``'s: Atari's uint8 stack ``[4, 84, 84]``, a float32 vector unbounded), or for
+        several parts a Dict of them."""
+        if self.own_space is not None:
+            return self.own_space
+        spec = self.model.spec()
+        if "obs_parts" in spec:
+            return parts_space_of(spec["obs_parts"], 1)
+        return observation_space_of(tuple(self.model.obs_shape), spec["obs_dtype"])
 
     @property
     def action_space(self) -> gym.Space:
@@ -161,7 +176,7 @@ class Policy:
 
         Taken as the env's own (its space's structure decides one or a batch: a gymnasium vector
         env's batch of a Dict is a dict of arrays ``[n, ...]``), or as frames already."""
-        space = self.observation_space
+        space = self.own_space
         if space is not None:
             n = _batch_size(space, observation)
             if n == 0:
@@ -199,7 +214,7 @@ class Policy:
             sizes = {len(array) for key, array in arrays.items() if array.ndim and array.shape[1:] == shapes[key]}
             if len(sizes) == 1 and all(array.ndim and array.shape[1:] == shapes[key] for key, array in arrays.items()):
                 return arrays, False
-        expected = f"{self.observation_space} (or a batch of them) as the env returns it, or" if self.observation_space else ""
+        expected = f"{self.own_space} (or a batch of them) as the env returns it, or" if self.own_space else ""
         got = {key: np.shape(value) for key, value in observation.items()} if isinstance(observation, dict) else type(observation).__name__
         raise UserError(f"predict takes an observation of {expected} a dict of frames of shapes {shapes} "
                         f"(or a batch of them), got {got}".replace("of  a", "of a"))
