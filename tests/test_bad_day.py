@@ -963,12 +963,18 @@ def test_a_run_directory_without_a_checkpoint_says_there_is_nothing_to_resume(ru
     refused_resume(run_copy, r"holds no checkpoint \(.*latest.pt is missing\)$")
 
 
-def test_a_resume_of_a_finished_run_says_there_is_nothing_to_train(run_copy, capsys):
-    # It said only "resuming at step 480: ..." and then the finished run's summary, as if it had trained.
+def test_a_resume_of_a_finished_run_says_there_is_nothing_to_train_and_leaves_the_run_as_it_was(run_copy, capsys):
+    # It said only "resuming at step 480: ..." and then the finished run's summary, as if it had trained; it
+    # had loaded the saved buffer, started the envs, and written latest.pt, config.json and a TensorBoard file again.
+    before = {path: path.read_bytes() for path in run_copy.rglob("*") if path.is_file()}
     assert acer_sync.train(resume=run_copy, progress_bar=False) == run_copy
-    assert ("resuming at step 480: replay resumes with the saved buffer (240 steps per env); the run has reached "
-            "its --total-timesteps 480, so there is nothing to train: a larger --total-timesteps continues it") in capsys.readouterr().out
-    assert load_checkpoint(run_copy)["counters"]["timesteps"] == 480
+    assert ("resuming at step 480: the run has reached its --total-timesteps 480, so there is nothing to train (a "
+            "larger --total-timesteps continues it); the run is left as it was") in capsys.readouterr().out
+    outcome = acer_sync.api.runs.run(resume=run_copy, total_timesteps=480, verbose=0)  # the total given again: the same
+    assert (outcome.stop, outcome.timesteps, outcome.checkpoint_step) == (Stop.FINISHED, 480, 480)
+    assert {path: path.read_bytes() for path in run_copy.rglob("*") if path.is_file()} == before
+    assert acer_sync.train(resume=run_copy, total_timesteps=520, verbose=0) == run_copy  # a larger total trains on
+    assert load_checkpoint(run_copy)["counters"]["timesteps"] == 520
 
 
 def test_a_resume_writes_a_missing_config_json_again(run_copy):

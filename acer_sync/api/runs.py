@@ -196,6 +196,12 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             lock.release(remove=lock.made_file)  # --resume of a directory that holds no run writes nothing
             raise
         run_dir, created = resume, []
+        step = payload["counters"]["timesteps"]
+        if nothing_to_train(step, payload["config"]["total_timesteps"], config.total_timesteps):
+            lock.release(remove=lock.made_file)  # it loaded its buffer, trained nothing and rewrote its files
+            log.info(f"resuming at step {step}: the run has reached its --total-timesteps {config.total_timesteps}, so "
+                     "there is nothing to train (a larger --total-timesteps continues it); the run is left as it was")
+            return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)
     else:
         if env is None:
             raise UserError("acer_sync.train needs an env: an env id such as 'CartPole-v1', or a callable that returns a gymnasium env")
@@ -278,6 +284,13 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         return outcome
     finally:
         lock.release()
+
+
+def nothing_to_train(step: int, saved_total: int, total: int) -> bool:
+    """Whether a resume at ``step`` of a run saved with ``saved_total`` steps, given ``total``, has
+    nothing to train: the run has reached it (its last iteration may go past it). A changed total
+    below the step is an error, :func:`acer_sync.training.setup.build_trainer`'s."""
+    return step >= total and (total == saved_total or total == step)
 
 
 def _remove_a_run_that_wrote_nothing(run_dir: Path) -> None:

@@ -210,9 +210,6 @@ def build_trainer(
             if not config.save_buffer and saved.exists():  # nothing removes it: it would stay at this step for good
                 said += (f"; --save-buffer is off, so {saved} ({saved.stat().st_size / 1e9:.2f} GB) is not kept up to "
                          "date: remove it to free the disk")
-            if counters["timesteps"] >= config.total_timesteps:  # it would say "finished" and train nothing
-                said += (f"; the run has reached its --total-timesteps {config.total_timesteps}, so there is nothing to "
-                         "train: a larger --total-timesteps continues it")
             log.info(f"resuming at step {counters['timesteps']}: {said}")
             for leftover in remove_leftovers(run_dir):
                 log.info(f"removed {leftover}, left by a write that was cut short")
