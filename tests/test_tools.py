@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -544,6 +545,34 @@ def test_gpu_pong_trains_in_pieces_that_resume_and_stops_once_the_target_is_reac
     assert fifth.returncode == 2 and fifth.stderr.strip() == (
         f"gpu_pong.sh: error: {run_dir} trained to step 200000 but holds no checkpoints/latest.pt (was it carried?); nothing moved")
     assert (run_dir / "progress.csv").exists() and not list(tmp_path.glob("uncarried.failed-*"))
+
+
+def test_a_gpu_pong_call_cut_by_the_devices_limit_brings_back_its_rows_and_last_checkpoint(tmp_path):
+    # The device kills a call that runs past its limit and brings back what $OUT holds: OUT_DIR got its files only
+    # after train.py had stopped, so such a call brought back nothing. Now they are copied out while it trains.
+    run_dir = tmp_path / "run"
+
+    def command(run, seconds):
+        return [*(["timeout", "-s", "KILL", "14"] if run == run_dir else []), "bash", str(ROOT / "tools" / "gpu_pong.sh"),
+                "--device", "cpu", "--env", "CartPole-v1", "--reward", "1000", "--seconds", str(seconds), "--run-dir",
+                str(run), "--out", str(tmp_path / f"{run.name}_out"), "--python", sys.executable, "--part-bytes", "60000",
+                "--", "--compile", "off", "--checkpoint-every", "500"]
+
+    environment = {**os.environ, "GPU_PONG_WATCH_SECONDS": "1"}
+    cut = subprocess.run(command(run_dir, 60), cwd=ROOT, capture_output=True, text=True, timeout=60, env=environment)
+    assert cut.returncode == -signal.SIGKILL or cut.returncode == 137, (cut.returncode, cut.stderr)
+    out = tmp_path / "run_out"
+    assert {p.name for p in out.iterdir()} >= {"config.json", "progress.csv", "checkpoints"} and not (out / "segments.jsonl").exists()
+    assert [p.name for p in sorted((out / "checkpoints").iterdir())][:2] == ["latest.pt.part-aa", "latest.pt.part-ab"]
+    rows = (out / "progress.csv").read_text().splitlines()
+    assert len(rows) >= 2 and rows[0].startswith("total_timesteps,")
+    # the next call carries it back and goes on from its checkpoint
+    carried = tmp_path / "carried"
+    shutil.copytree(out, carried)
+    resumed = subprocess.run(command(carried, 8), cwd=ROOT, capture_output=True, text=True, timeout=60, env=environment)
+    assert resumed.returncode == 0, resumed.stderr
+    (line,) = [json.loads(text) for text in (carried / "segments.jsonl").read_text().splitlines()]
+    assert line["segment"] == "resume" and line["exit_code"] == 124 and line["steps"] > 500, line
 
 
 def test_lstm_probe_measures_the_memory_of_a_recurrent_checkpoint(tmp_path):

@@ -6,7 +6,10 @@
 # segments.jsonl, checkpoints/latest.pt and compile_cache.tar.gz (the last two in parts where large,
 # below), since a device call brings back at most 8 files, of at most 16 MiB, none more than 2
 # folders below $OUT (--out "$OUT/pong" puts latest.pt at that depth). The run itself
-# trains in RUN_DIR, with its TensorBoard files and train.log. Each call appends one JSON line to
+# trains in RUN_DIR, with its TensorBoard files and train.log. While it trains, progress.csv and each
+# new checkpoint are copied out every 10 s (GPU_PONG_WATCH_SECONDS sets it), so that a call cut by the
+# device's limit, whose $OUT still comes back, brings back the run's rows and its last checkpoint (a
+# cut leaves no segments.jsonl line and no compile cache). Each call appends one JSON line to
 # segments.jsonl and prints it: the segment's wall time, the run's steps and training time so
 # far, the last 100-game mean, and where the mean first reached the target (steps, training time).
 # The stop uses the training episodes' 100-game mean (raw scores), so evaluation is off unless the
@@ -53,6 +56,7 @@ set -u
 cd "$(dirname "$0")/.."
 ENV_ID=PongNoFrameskip-v4 DEVICE=cuda REWARD=20 SECONDS_FOR=420 RUN_DIR=runs/gpu_pong OUT_DIR=runs/gpu_pong
 CHECKPOINT_EVERY=100000  # a fresh run's --checkpoint-every
+WATCH_SECONDS=${GPU_PONG_WATCH_SECONDS:-10}  # how often a new checkpoint is copied out while the run trains
 PART_BYTES=15728640  # 15 MiB: a device call brings back files of at most 16 MiB
 OUT_MAX_FILES=8 OUT_MAX_BYTES=48234496  # 46 MiB: the next call carries it beside the checkout (12.5 MB) and .whl (3.6 MB) within 64 MiB
 PY=${PYTHON:-$(command -v python || command -v python3)}
@@ -81,13 +85,39 @@ join_parts() {  # FILE: FILE made again from FILE.part-aa, -ab, ... (a previous 
   exit 2
 }
 
-put_out() {  # FILE DEST: a copy of FILE at DEST, or in parts DEST.part-aa, -ab, ... of PART_BYTES where larger
-  rm -f "$2" "$2".part-*
+put_out() {  # FILE DEST: a copy of FILE at DEST, or in parts DEST.part-aa, -ab, ... of PART_BYTES where larger;
+  # made beside as DEST.new first, so that a call cut while it copies leaves the copy before it whole (but in the renames)
+  rm -f "$2.new" "$2.new".part-*
   if [ "$(stat -c %s "$1")" -gt "$PART_BYTES" ]; then
-    split -b "$PART_BYTES" -a 2 "$1" "$2.part-"
+    split -b "$PART_BYTES" -a 2 "$1" "$2.new.part-" || return 1
+    rm -f "$2" "$2".part-*
+    local part
+    for part in "$2.new".part-*; do mv "$part" "$2${part#"$2.new"}"; done
   else
-    cp "$1" "$2"
+    cp "$1" "$2.new" && rm -f "$2".part-* && mv "$2.new" "$2"
   fi
+}
+
+copy_out() {  # what the next call needs, into OUT_DIR (where the run is not trained in OUT_DIR itself)
+  [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ] || return 0
+  mkdir -p "$OUT_DIR/checkpoints" || return 1
+  local name failed=0
+  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt "$@"; do
+    [ -f "$RUN_DIR/$name" ] || continue
+    put_out "$RUN_DIR/$name" "$OUT_DIR/$name" || failed=1
+  done
+  return $failed
+}
+
+keep_out_current() {  # while train.py runs, every WATCH_SECONDS: progress.csv, and each new checkpoint, copied out,
+  # so that a call cut by the device's limit (whose OUT still comes back) brings the run's rows and last checkpoint
+  [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ] || return 0  # (a copy would take train.py's files' place)
+  local copied="" stamp
+  while sleep "$WATCH_SECONDS"; do
+    [ -f "$RUN_DIR/progress.csv" ] && put_out "$RUN_DIR/progress.csv" "$OUT_DIR/progress.csv"
+    stamp=$(stat -c %i.%Y "$RUN_DIR/checkpoints/latest.pt" 2>/dev/null) || continue  # a new file each save (a rename)
+    [ "$stamp" = "$copied" ] || { copy_out && copied=$stamp; }
+  done
 }
 
 join_parts "$RUN_DIR/checkpoints/latest.pt"
@@ -133,9 +163,13 @@ echo "gpu_pong: $kind, $ENV_ID on $DEVICE to a 100-game mean of $REWARD, at most
 start=$(date +%s)
 # SIGINT at S seconds saves a checkpoint (timeout sends it to train.py and again to its process group:
 # train.py takes the copy for the same stop); a run still there 90 s later (in its first compile, say) is killed.
+keep_out_current > /dev/null 2>&1 &  # its sleep, left at the kill, holds no pipe of the caller's open
+watcher=$!
 timeout -s INT -k 90 "$SECONDS_FOR" "${cmd[@]}" 2>&1 | tee -a "$RUN_DIR/train.log"
 code=${PIPESTATUS[0]}
 wall=$(( $(date +%s) - start ))
+kill "$watcher" 2>/dev/null
+wait "$watcher" 2>/dev/null
 
 mkdir -p "$RUN_DIR"  # a run that failed at its start made none
 "$PY" - "$RUN_DIR" "$kind" "$code" "$wall" "$REWARD" "$*" <<'PYEOF'
@@ -175,15 +209,8 @@ if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
   tar czf "$RUN_DIR/compile_cache.tar.gz.packing" -C "$RUN_DIR" compile_cache \
     && mv "$RUN_DIR/compile_cache.tar.gz.packing" "$RUN_DIR/compile_cache.tar.gz" || rm -f "$RUN_DIR/compile_cache.tar.gz.packing"
 fi
-# what the next call needs, where the run is not trained in OUT_DIR itself
+copy_out compile_cache.tar.gz
 if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
-  mkdir -p "$OUT_DIR/checkpoints"
-  for name in config.json progress.csv segments.jsonl; do
-    [ -f "$RUN_DIR/$name" ] && cp "$RUN_DIR/$name" "$OUT_DIR/$name"
-  done
-  for name in checkpoints/latest.pt compile_cache.tar.gz; do
-    [ -f "$RUN_DIR/$name" ] && put_out "$RUN_DIR/$name" "$OUT_DIR/$name"
-  done
   files=$(find "$OUT_DIR" -type f | wc -l) bytes=$(find "$OUT_DIR" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
   if [ "$files" -gt "$OUT_MAX_FILES" ] || [ "$bytes" -gt "$OUT_MAX_BYTES" ]; then
     rm -f "$OUT_DIR"/compile_cache.tar.gz*
