@@ -9,15 +9,15 @@
 #   tools/gpu_report.sh --device cpu --seconds 4 --budget 120 --out /tmp/report   # the dry run, on a CPU
 #
 # Options: --env ID (default PongNoFrameskip-v4; the tests' dry run takes CartPole-v1), --device
-# cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting, default 40), --budget S (the whole report's wall time, default 520, counted from the
+# cuda|cpu (default cuda), --seconds S (bench.py's measuring time per setting, default 40), --budget S (the whole report's wall time, default 500, counted from the
 # script's start: a setting that would not fit is recorded as skipped), --out DIR (default docs/bench), --python PY (default: python, else python3),
 # --cut S (a setting still running after S seconds is cut and recorded as failed, so that one that
 # hangs cannot hold the whole call; default: its measuring time, its setup's allowance and 120 s),
 # --commit ID (the commit the files are named by; default: git's HEAD here, which on the lent device
 # machine was a stale one: its copy of the working tree is current, its git metadata was not).
 # No setting and no test runs past the budget and GRACE (30 s) more: with a setting's 10 s from its
-# TERM to its KILL, the report ends within --budget + 40 s of its start (a device call's command
-# runs at most 600 s: the default budget leaves 40 s to spare).
+# TERM to its KILL, the report ends within --budget + 40 s of its start: 9 minutes at the default
+# budget (a device call's command runs at most 600 s).
 # Order: bench.py's defaults at Pong (serial and eager: the baseline of every report), then the CUDA-only tests (at most
 # TESTS_SECONDS, so that a pass/fail answer on the GPU paths comes back whatever the timings take),
 # then the other settings. Each bench line is bench.py's own JSON with "report": the setting's flags
@@ -27,7 +27,7 @@
 set -u
 cd "$(dirname "$0")/.."
 start=$(date +%s)  # the budget counts the wheels' install and torch's first import too
-ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=520 GRACE=30 CUT="" COMMIT="" OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
+ENV_ID=PongNoFrameskip-v4 DEVICE=cuda SECONDS_PER=40 BUDGET=500 GRACE=30 CUT="" COMMIT="" OUT_DIR=docs/bench PY=${PYTHON:-$(command -v python || command -v python3)}
 while [ $# -gt 0 ]; do
   case $1 in
     --env) ENV_ID=$2; shift 2 ;;
@@ -157,7 +157,8 @@ cuda_tests() {  # the CUDA-only tests, within TESTS_SECONDS and what the budget 
   else
     summary="no CUDA: the CUDA-only tests were not run"
   fi
-  summary=${summary//\\/\\\\}  # a cut run's last line may hold a backslash: the JSON line stays valid
+  summary=$(printf '%s' "$summary" | tr -d '\000-\037')  # a cut run's last line may hold a tab or another control character
+  summary=${summary//\\/\\\\}  # or a backslash: the JSON line stays valid
   echo "{\"report\": \"cuda tests\", \"summary\": \"${summary//\"/\'}\"}" >> "$out"
   echo "  cuda tests: $summary ($(( $(date +%s) - start )) s)"
 }
