@@ -43,6 +43,13 @@ def test_a_torso_from_the_command_line_trains_replays_in_play_and_resumes(tmp_pa
     assert payload["model"]["torso.module.layer.1.weight"].shape == (24, 4)
     played = script("play.py", str(run_dir), "--episodes", "1")
     assert played.returncode == 0 and "episode 1: score" in played.stdout, played.stderr
+    elsewhere = subprocess.run([sys.executable, str(ROOT / "play.py"), str(run_dir), "--episodes", "1"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=300,
+                               env={name: value for name, value in os.environ.items() if name != "PYTHONPATH"})
+    assert elsewhere.returncode == 2 and one_line_error(elsewhere).startswith(  # it named play.py's --torso, which play.py has not
+        f"play.py: error: {run_dir} was trained with a network that does not build here: --torso "
+        "user_torsos:SmallTorso: cannot import user_torsos (ModuleNotFoundError"), elsewhere.stderr
+    assert one_line_error(elsewhere).endswith("its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)")
     resumed = script("train.py", "--resume", str(run_dir), "--total-timesteps", "480", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(run_dir)["counters"]["timesteps"] == 480

@@ -263,6 +263,10 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         with torch.random.fork_rng(devices=[]):  # its initial weights, replaced by the saved ones, draw from the caller's generator
             model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
+    except UserError as error:  # its torso's module does not import here, or no longer has the class
+        torso = spec.get("torso") if isinstance(spec, dict) else None
+        where = "; its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)" if torso else ""
+        raise UserError(f"{path} was trained with a network that does not build here: {error}{where}") from None
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__}: {_in_one_line(error)}){changed}") from None
