@@ -325,7 +325,7 @@ class CheckpointCallback(Callback):
                 self._finish_buffer()
                 return
             if outcome.stop is Stop.INTERRUPTED:
-                log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and exiting")
+                log.info(f"{trainer.stop.signal_name} received: saving a checkpoint at step {trainer.timesteps} and stopping")
             self.save(trainer, periodic=False)
         except CallbackFailed as failure:  # raised as it is, after the other callbacks' ends, as theirs
             raise failure.error from None
