@@ -2,8 +2,10 @@
 train's required ``--env``, its ``--help`` groups, and the line a run ends with."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 
 import pytest
@@ -188,6 +190,7 @@ def test_keeping_freed_memory_spares_a_large_blocks_page_faults_unless_the_envir
 #: kept freed memory, then the block's megabytes still resident inside and after.
 BLOCK_KEPT_THEN_GIVEN_BACK = """
 import os
+import signal
 import numpy as np
 from acer_sync.base.malloc import freed_memory_kept
 def resident_mb():
@@ -215,3 +218,41 @@ def test_a_run_keeps_freed_memory_while_it_trains_and_gives_it_back_at_its_end(t
     assert result.returncode == 0, result.stderr
     kept, inside, after = result.stdout.split()
     assert kept == "True" and int(inside) >= 250 and int(after) < 50  # freed, kept, then given back
+
+
+def test_a_compile_worker_that_does_not_stop_is_killed_within_seconds_and_every_script_stops_them(monkeypatch):
+    # torch 2.11 on a lent H200: a cold compile's worker ignored its shutdown, and bench.py and train.py, their work
+    # done, waited at exit up to 300 s (pytorch/pytorch#162199), in the device's minutes.
+    import torch._inductor.async_compile as async_compile
+
+    from acer_sync.base import compile_workers, errors
+
+    class Pool:  # a SubprocPool: shutdown asks its worker to stop and waits for it
+        def __init__(self, stops: bool):
+            self.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            self.stops = stops
+
+        def shutdown(self):
+            if self.stops:
+                self.process.terminate()
+            self.process.wait(300)
+
+    stuck, stopping = Pool(stops=False), Pool(stops=True)
+    monkeypatch.setattr(async_compile, "_pool_set", {stuck, stopping})
+    started = time.monotonic()
+    assert compile_workers.stop_compile_workers(wait=1) == 1
+    assert time.monotonic() - started < 10 and not async_compile._pool_set  # the exit's own hook finds none left
+    assert stuck.process.returncode == -signal.SIGKILL and stopping.process.returncode == -signal.SIGTERM
+    assert compile_workers.stop_compile_workers() == 0  # no pool: nothing to do
+
+    ends = []
+    monkeypatch.setattr(errors, "stop_compile_workers", lambda: ends.append(True))
+    handlers = {signum: signal.getsignal(signum) for signum in errors.STOP_SIGNALS}  # run_cli puts in its own
+    try:
+        for main in (lambda: 0, lambda: (_ for _ in ()).throw(errors.UserError("bad"))):
+            with pytest.raises(SystemExit):
+                errors.run_cli(main, "script.py")
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert ends == [True, True]

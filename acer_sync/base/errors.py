@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Callable
 
+from acer_sync.base.compile_workers import stop_compile_workers
 from acer_sync.base.outcome import Outcome, Stop
 from atari.errors import EnvFailed, EnvTimedOut, EnvWorkerDied, UserError
 
@@ -162,7 +163,16 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
 
     The Trainer handles SIGINT and SIGTERM itself while it trains, and gives the handlers back when it returns.
     run_cli's handler covers the rest of the process's life, the Trainer's teardown included (env
-    workers' finalizers run when the Trainer is freed): see :func:`_interrupt`."""
+    workers' finalizers run when the Trainer is freed): see :func:`_interrupt`. torch.compile's
+    worker processes are stopped before the exit, within seconds (:mod:`acer_sync.base.compile_workers`)."""
+    try:
+        _run_main(main, prog)
+    finally:
+        stop_compile_workers()
+
+
+def _run_main(main: Callable[[], int | None], prog: str) -> None:
+    """:func:`run_cli`'s work: ``main`` run, and its errors and code turned into a line and an exit."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _interrupt)
     try:
