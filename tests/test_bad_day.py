@@ -973,6 +973,14 @@ def test_a_resume_of_a_finished_run_says_there_is_nothing_to_train_and_leaves_th
     outcome = acer_sync.api.runs.run(resume=run_copy, total_timesteps=480, verbose=0)  # the total given again: the same
     assert (outcome.stop, outcome.timesteps, outcome.checkpoint_step) == (Stop.FINISHED, 480, 480)
     assert {path: path.read_bytes() for path in run_copy.rglob("*") if path.is_file()} == before
+    ends = []
+
+    class Ends(acer_sync.Callback):
+        def on_training_end(self, trainer, outcome):
+            ends.append(outcome.stop)
+
+    assert acer_sync.train(resume=run_copy, callbacks=[Ends()], verbose=0) == run_copy  # its callbacks still end
+    assert ends == [Stop.FINISHED]
     assert acer_sync.train(resume=run_copy, total_timesteps=520, verbose=0) == run_copy  # a larger total trains on
     assert load_checkpoint(run_copy)["counters"]["timesteps"] == 520
 

@@ -62,7 +62,14 @@ from acer_sync.nets.build import (
 )
 from acer_sync.nets.torsos import torso_name
 from acer_sync.rollout.video import check_renders
-from acer_sync.training.callbacks import Callback, CallbackList, check_callbacks
+from acer_sync.training.callbacks import (
+    Callback,
+    CallbackList,
+    EvalCallback,
+    check_callbacks,
+    evaluation_owed,
+    saved_next_eval,
+)
 from acer_sync.training.checkpoint import LATEST, copy_hint, has_checkpoint, latest_checkpoint, load_run_checkpoint
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer
@@ -197,8 +204,9 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             raise
         run_dir, created = resume, []
         step = payload["counters"]["timesteps"]
-        if nothing_to_train(step, payload["config"]["total_timesteps"], config.total_timesteps):
-            lock.release(remove=lock.made_file)  # it loaded its buffer, trained nothing and rewrote its files
+        # it loaded its buffer, trained nothing and rewrote its files; a user's callbacks still get their start and end
+        if not callbacks and nothing_to_train(step, payload["config"]["total_timesteps"], config, payload["callbacks"]):
+            lock.release(remove=lock.made_file)
             log.info(f"resuming at step {step}: the run has reached its --total-timesteps {config.total_timesteps}, so "
                      "there is nothing to train (a larger --total-timesteps continues it); the run is left as it was")
             return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)
@@ -286,11 +294,17 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         lock.release()
 
 
-def nothing_to_train(step: int, saved_total: int, total: int) -> bool:
-    """Whether a resume at ``step`` of a run saved with ``saved_total`` steps, given ``total``, has
-    nothing to train: the run has reached it (its last iteration may go past it). A changed total
-    below the step is an error, :func:`acer_sync.training.setup.build_trainer`'s."""
-    return step >= total and (total == saved_total or total == step)
+def nothing_to_train(step: int, saved_total: int, config: Config, callback_states: dict) -> bool:
+    """Whether a resume at ``step`` of a run saved with ``saved_total`` steps, with ``config``, has
+    nothing to do: the run has reached ``config.total_timesteps`` (its last iteration may go past
+    it), and owes no evaluation (one a stop skipped in its last iteration, which the resume plays
+    into the final row: :class:`acer_sync.training.callbacks.EvalCallback`). A changed total below
+    the step is an error, :func:`acer_sync.training.setup.build_trainer`'s."""
+    total = config.total_timesteps
+    if not (step >= total and (total == saved_total or total == step)):
+        return False
+    next_eval = saved_next_eval(callback_states.get(EvalCallback.__name__)) if isinstance(callback_states, dict) else None
+    return not (config.eval_every and evaluation_owed(next_eval, step, config.num_envs * config.nsteps))
 
 
 def _remove_a_run_that_wrote_nothing(run_dir: Path) -> None:

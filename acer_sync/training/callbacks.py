@@ -270,6 +270,20 @@ def next_multiple(value: int, every: int) -> int:
     return (value // every + 1) * every
 
 
+def saved_next_eval(state) -> int | None:
+    """The step of the next evaluation an :class:`EvalCallback`'s saved ``state`` holds (None:
+    absent, from checkpoints before it was saved, or not a step)."""
+    step = state.get("next_eval") if isinstance(state, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def evaluation_owed(next_eval: int | None, step: int, steps_per_iteration: int) -> bool:
+    """Whether a checkpoint at ``step`` whose next evaluation was due at ``next_eval`` owes it: due in
+    the checkpoint's last iteration, which a stop ended before it played. One due earlier is a
+    session's without evaluation (--eval-every 0 on a resume), not owed."""
+    return next_eval is not None and 0 <= step - next_eval < steps_per_iteration
+
+
 class CheckpointCallback(Callback):
     """``checkpoints/latest.pt`` every ``checkpoint_every`` steps (with a ``step_*.pt`` copy, the
     newest ``keep_checkpoints`` kept) and at the end, unless non-finite updates stopped the run (the
@@ -458,9 +472,7 @@ class EvalCallback(Callback):
         self.generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 1)
         self.video_generator = torch.Generator(device=trainer.device).manual_seed(self.config.seed + 2)
         self.next_eval = next_multiple(trainer.timesteps, self.config.eval_every)
-        # Owed where due in the checkpoint's last iteration, which a stop ended before it played:
-        # one due earlier is a session's without evaluation (--eval-every 0 on a resume), not owed.
-        if self.owed_eval is not None and 0 <= trainer.timesteps - self.owed_eval < trainer.steps_per_iteration:
+        if evaluation_owed(self.owed_eval, trainer.timesteps, trainer.steps_per_iteration):
             self.next_eval = self.owed_eval  # a stop skipped it: it plays in this session's first iteration
         if self.checkpoints is not None:
             self.best_mean = self.checkpoints.saved_best_mean(type(self).__name__, self.best_mean)
@@ -552,8 +564,7 @@ class EvalCallback(Callback):
 
     def load_state(self, state: dict) -> None:
         self.best_mean = float(state.get("best_mean", math.nan))
-        owed = state.get("next_eval")  # absent from checkpoints before it was saved
-        self.owed_eval = owed if isinstance(owed, int) and not isinstance(owed, bool) else None
+        self.owed_eval = saved_next_eval(state)
 
 
 class ProgressCallback(Callback):
