@@ -218,7 +218,7 @@ def test_a_finished_run_resumes_as_finished_and_a_total_below_its_step_is_refuse
 
 def test_a_resume_that_moves_a_linear_schedules_end_says_how_the_rate_changes(tmp_path, caplog):
     run_dir = tmp_path / "run"
-    settings = {**SMALL, "total_timesteps": 80, "lr": 0.001, "lr_schedule": "linear"}
+    settings = {**SMALL, "total_timesteps": 80, "lr": 0.001, "lr_schedule": "linear", "save_buffer": True}
     acer_sync.train("CartPole-v1", run_dir=run_dir, progress_bar=False, **settings)
     acer_sync.train(resume=run_dir, total_timesteps=160, progress_bar=False)
     assert ("--total-timesteps 160 moves the linear learning-rate schedule's end from step 80: at step 80 the rate goes "
@@ -226,6 +226,11 @@ def test_a_resume_that_moves_a_linear_schedules_end_says_how_the_rate_changes(tm
     assert min(float(row["lr"]) for row in read_progress(run_dir) if int(row["total_timesteps"]) > 80) >= 0.00025
     caplog.clear()
     acer_sync.train(resume=run_dir, total_timesteps=160, progress_bar=False)  # the same end: nothing to say
+    assert "moves the linear" not in caplog.text
+    buffer = run_dir / "checkpoints" / "buffer.npz"
+    buffer.write_bytes(buffer.read_bytes()[:1000])  # a resume its buffer refuses: it said so of a resume that never was
+    with pytest.raises(acer_sync.UserError, match="buffer"):
+        acer_sync.train(resume=run_dir, total_timesteps=240, progress_bar=False)
     assert "moves the linear" not in caplog.text
 
 

@@ -185,6 +185,7 @@ def build_trainer(
         tracker = EpisodeTracker(config.num_envs, life_loss_ends_episode=info.atari, clip_rewards=info.atari)
         steps_per_iteration = config.num_envs * config.nsteps
         counters = restore(resume, model, agent, tracker, sampler, steps_per_iteration) if resume is not None else {}
+        schedule_moved = None  # said once the resume is known to go on (its buffer may still refuse it)
         if resume is not None and config.total_timesteps != resume["config"]["total_timesteps"]:
             saved_total, step = resume["config"]["total_timesteps"], counters["timesteps"]
             if config.total_timesteps < step:
@@ -194,8 +195,8 @@ def build_trainer(
                                 f"({step}); give more to train on")
             if config.lr_schedule == "linear":
                 before, after = (learning_rate("linear", config.lr, step, total) for total in (saved_total, config.total_timesteps))
-                log.warning(f"--total-timesteps {config.total_timesteps} moves the linear learning-rate schedule's end from "
-                            f"step {saved_total}: at step {step} the rate goes from {before:.3g} to {after:.3g}")
+                schedule_moved = (f"--total-timesteps {config.total_timesteps} moves the linear learning-rate schedule's end "
+                                  f"from step {saved_total}: at step {step} the rate goes from {before:.3g} to {after:.3g}")
 
         buffer = ReplayBuffer(fields, config.num_envs, config.nsteps, config.buffer_size, info.stack, device=storage)
         per_transition = buffer_bytes / (config.num_envs * buffer.step_capacity)
@@ -206,6 +207,8 @@ def build_trainer(
         )
         if resume is not None:
             said = load_buffer(run_dir, buffer, counters["timesteps"], resume["run_key"])
+            if schedule_moved is not None:
+                log.warning(schedule_moved)
             saved = Path(run_dir) / "checkpoints" / BUFFER_FILE
             if not config.save_buffer and saved.exists():  # nothing removes it: it would stay at this step for good
                 said += (f"; --save-buffer is off, so {saved} ({saved.stat().st_size / 1e9:.2f} GB) is not kept up to "
