@@ -677,13 +677,15 @@ def test_subproc_env_errors_print_no_worker_traceback(tmp_path, capfd):
 # --- Resume checks before it changes anything -----------------------------------------------------
 
 
-def refused_resume(run_dir: Path, match: str) -> None:
-    """A resume of ``run_dir`` is one UserError matching ``match``, and leaves every file as it was."""
+def refused_resume(run_dir: Path, match: str, totals=(960,)) -> None:
+    """A resume of ``run_dir`` to each of ``totals`` (None: the run's own, which it has reached) is one
+    UserError matching ``match``, and leaves every file as it was."""
     before = snapshot(run_dir)
-    with pytest.raises(acer_sync.UserError, match=match) as error:
-        acer_sync.train(resume=run_dir, total_timesteps=960, verbose=0)
-    assert "\n" not in str(error.value)
-    assert snapshot(run_dir) == before
+    for total in totals:
+        with pytest.raises(acer_sync.UserError, match=match) as error:
+            acer_sync.train(resume=run_dir, verbose=0, **({} if total is None else {"total_timesteps": total}))
+        assert "\n" not in str(error.value)
+        assert snapshot(run_dir) == before
 
 
 def edit_checkpoint(run_dir: Path, edit) -> None:
@@ -771,10 +773,14 @@ def test_a_checkpoint_with_a_wrong_optimizer_shape_is_refused(run_copy):
     (lambda c: c.update(timesteps=-40), "counter timesteps is -40"),
     (lambda c: c.update(timesteps=10**9), "1000000000 steps is not 12 iterations of 40 steps"),
     (lambda c: c.update(nonfinite_streak=3), "counter nonfinite_streak is 3, not a number from 0 to its non-finite updates"),
+    # read before the Trainer checked them (a resume with nothing to train), they were tracebacks
+    (lambda c: c.pop("timesteps"), "counter timesteps is missing"),
+    (lambda c: c.update(timesteps="480"), "counter timesteps is '480', not a number >= 0"),
 ])
 def test_missing_or_nonsense_counters_are_refused(run_copy, edit, match):
+    # to a larger total, and to the run's own, which it has reached: nothing to train, but a damaged checkpoint all the same
     edit_checkpoint(run_copy, lambda payload: edit(payload["counters"]))
-    refused_resume(run_copy, match)
+    refused_resume(run_copy, match, totals=(960, None))
 
 
 def test_a_damaged_buffer_is_refused(run_copy):
@@ -895,11 +901,16 @@ def test_files_that_are_not_checkpoints_are_refused_in_one_line(run_copy, tmp_pa
     (lambda payload: payload.update(recent_returns="x"), "recent_returns is damaged, not a list of numbers"),
     (lambda payload: payload.update(recent_lengths=[1, float("nan")]), "recent_lengths is damaged"),
     (lambda payload: payload.update(callbacks=5), "callbacks state is missing or damaged"),
+    (lambda payload: payload.pop("callbacks"), "callbacks state is missing or damaged"),
+    (lambda payload: payload.pop("counters"), "the checkpoint holds no counters"),
     (lambda payload: payload.update(rng={"python": [3]}), r"generator states are damaged \(IndexError\)"),
 ])
 def test_damaged_parts_of_a_checkpoint_are_refused_in_one_line(run_copy, edit, match):
     edit_checkpoint(run_copy, edit)
-    refused_resume(run_copy, match)
+    # the network's tensors and the generators' states are checked as they are loaded, by a resume that trains; to
+    # the run's own total, which it has reached, the resume loads neither (it trains nothing and changes nothing)
+    loaded = match.startswith(("the checkpoint's model", "the checkpoint's average_model", "generator states"))
+    refused_resume(run_copy, match, totals=(960,) if loaded else (960, None))
 
 
 def test_a_progress_csv_that_is_not_text_is_refused_on_resume(run_copy):

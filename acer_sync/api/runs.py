@@ -70,9 +70,16 @@ from acer_sync.training.callbacks import (
     evaluation_owed,
     saved_next_eval,
 )
-from acer_sync.training.checkpoint import LATEST, copy_hint, has_checkpoint, latest_checkpoint, load_run_checkpoint
+from acer_sync.training.checkpoint import (
+    LATEST,
+    check_saved_state,
+    copy_hint,
+    has_checkpoint,
+    latest_checkpoint,
+    load_run_checkpoint,
+)
 from acer_sync.training.logger import check_progress
-from acer_sync.training.setup import build_trainer
+from acer_sync.training.setup import build_trainer, nothing_to_train_note
 from acer_sync.training.tracking import check_wandb
 from acer_sync.training.trainer import Trainer
 from atari.envs import EnvInfo, env_info
@@ -199,6 +206,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             return Outcome(Stop.WRITE_FAILED, resume, 0, f"{error}; the run was not resumed")
         try:
             config, info, payload = resumed_run(resume, env, settings)
+            check_saved_state(payload, config.num_envs * config.nsteps)  # its counters are read next
         except BaseException:
             lock.release(remove=lock.made_file)  # --resume of a directory that holds no run writes nothing
             raise
@@ -207,8 +215,7 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         # it loaded its buffer, trained nothing and rewrote its files; a user's callbacks still get their start and end
         if not callbacks and nothing_to_train(step, payload["config"]["total_timesteps"], config, payload["callbacks"]):
             lock.release(remove=lock.made_file)
-            log.info(f"resuming at step {step}: the run has reached its --total-timesteps {config.total_timesteps}, so "
-                     "there is nothing to train (a larger --total-timesteps continues it); the run is left as it was")
+            log.info(f"resuming at step {step}: {nothing_to_train_note(config.total_timesteps)}; the run is left as it was")
             return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)
     else:
         if env is None:

@@ -464,8 +464,18 @@ COUNTERS = ("timesteps", "iterations", "updates", "episodes", "nonfinite_updates
 
 def check_restorable(payload: dict, model, agent, steps_per_iteration: int) -> None:
     """A one-line UserError where ``payload`` cannot be a checkpoint of this run's network and
-    optimizer: a missing or nonsensical counter, a tensor of another name or shape. Checked before
-    anything is loaded or any file of the run is touched."""
+    optimizer: what :func:`check_saved_state` checks, and a tensor of another name or shape.
+    Checked before anything is loaded or any file of the run is touched."""
+    check_saved_state(payload, steps_per_iteration)
+    for key, module in (("model", model), ("average_model", agent.average_model)):
+        _check_tensors(f"checkpoint's {key}", payload.get(key), module.state_dict())
+    _check_optimizer(payload.get("optimizer"), agent.optimizer)
+
+
+def check_saved_state(payload: dict, steps_per_iteration: int) -> None:
+    """A one-line UserError where ``payload``'s counters are missing or nonsensical (negative, or
+    steps that are not the iterations times ``steps_per_iteration``), or its episode returns,
+    generator states or callback states are damaged: what needs no network to check."""
     counters = payload.get("counters")
     if not isinstance(counters, dict):
         raise UserError("the checkpoint holds no counters")
@@ -498,9 +508,6 @@ def check_restorable(payload: dict, model, agent, steps_per_iteration: int) -> N
     for key in ("rng", "callbacks"):
         if not isinstance(payload.get(key), dict):
             raise UserError(f"the checkpoint's {key} state is missing or damaged")
-    for key, module in (("model", model), ("average_model", agent.average_model)):
-        _check_tensors(f"checkpoint's {key}", payload.get(key), module.state_dict())
-    _check_optimizer(payload.get("optimizer"), agent.optimizer)
 
 
 def _is_finite_number(value) -> bool:

@@ -100,6 +100,12 @@ def networks_fit():
         ) from None
 
 
+def nothing_to_train_note(total_timesteps: int) -> str:
+    """What a resume of a run that has reached its ``total_timesteps`` says."""
+    return (f"the run has reached its --total-timesteps {total_timesteps}, so there is nothing to train (a larger "
+            "--total-timesteps continues it)")
+
+
 def seed_everything(seed: int) -> np.random.Generator:
     """Seed python's, numpy's and torch's global generators; returns the replay sampler's generator."""
     random.seed(seed)
@@ -213,6 +219,8 @@ def build_trainer(
             if not config.save_buffer and saved.exists():  # nothing removes it: it would stay at this step for good
                 said += (f"; --save-buffer is off, so {saved} ({saved.stat().st_size / 1e9:.2f} GB) is not kept up to "
                          "date: remove it to free the disk")
+            if counters["timesteps"] >= config.total_timesteps:  # with callbacks of the user's (api.run), or owing an evaluation
+                said += f"; {nothing_to_train_note(config.total_timesteps)}"
             log.info(f"resuming at step {counters['timesteps']}: {said}")
             for leftover in remove_leftovers(run_dir):
                 log.info(f"removed {leftover}, left by a write that was cut short")
