@@ -239,6 +239,8 @@ def test_a_compile_worker_that_does_not_stop_is_killed_within_seconds_and_every_
 
     stuck, stopping = Pool(stops=False), Pool(stops=True)
     monkeypatch.setattr(async_compile, "_pool_set", {stuck, stopping})
+    # torch's own, which also forgets this process's real pool (AsyncCompile.process_pool's cache)
+    monkeypatch.setattr(async_compile, "shutdown_compile_workers", async_compile._pool_set.clear)
     started = time.monotonic()
     assert compile_workers.stop_compile_workers(wait=1) == 1
     assert time.monotonic() - started < 10 and not async_compile._pool_set  # the exit's own hook finds none left
@@ -256,3 +258,22 @@ def test_a_compile_worker_that_does_not_stop_is_killed_within_seconds_and_every_
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert ends == [True, True]
+
+
+def test_a_ctrl_c_while_a_script_stops_the_compile_workers_exits_130_in_one_line():
+    # It raised a KeyboardInterrupt out of the wait (a traceback), and torch's atexit hook then waited on the worker again.
+    code = (
+        "import os, signal, subprocess, sys, threading\n"
+        "import torch._inductor.async_compile as async_compile\n"
+        "from acer_sync.base import errors\n"
+        "class Pool:\n"
+        "    process = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "    def shutdown(self):\n"
+        "        self.process.wait(300)\n"
+        "async_compile._pool_set.add(Pool())\n"
+        "threading.Timer(2, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "errors.run_cli(lambda: 0, 'script.py')\n"
+    )
+    started = time.monotonic()
+    result = run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
+    assert (result.returncode, result.stderr) == (130, "script.py: interrupted\n") and time.monotonic() - started < 30

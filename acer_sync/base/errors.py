@@ -168,7 +168,11 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     try:
         _run_main(main, prog)
     finally:
-        stop_compile_workers()
+        try:
+            stop_compile_workers()
+        except KeyboardInterrupt:  # a Ctrl-C while it waits: the work is done, and atexit would wait again
+            print(f"{prog}: interrupted", file=sys.stderr)
+            _exit_at_once()
 
 
 def _run_main(main: Callable[[], int | None], prog: str) -> None:
