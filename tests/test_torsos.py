@@ -47,7 +47,7 @@ def test_a_torso_from_the_command_line_trains_replays_in_play_and_resumes(tmp_pa
                                capture_output=True, text=True, timeout=300,
                                env={name: value for name, value in os.environ.items() if name != "PYTHONPATH"})
     assert elsewhere.returncode == 2 and one_line_error(elsewhere).startswith(  # it named play.py's --torso, which play.py has not
-        f"play.py: error: {run_dir} was trained with a network that does not build here: --torso "
+        f"play.py: error: {run_dir} was trained with a network that does not build here: its torso "
         "user_torsos:SmallTorso: cannot import user_torsos (ModuleNotFoundError"), elsewhere.stderr
     assert one_line_error(elsewhere).endswith("its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)")
     resumed = script("train.py", "--resume", str(run_dir), "--total-timesteps", "480", "--no-progress")

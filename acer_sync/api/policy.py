@@ -102,11 +102,12 @@ class Policy:
 
     @property
     def observation_space(self) -> gym.Space:
-        """One observation as :meth:`predict` takes it, as a gymnasium space (SB3's
-        ``model.observation_space``): the env's own where training turned its observations into frames
-        of another shape (a Dict, an int, an HWC image); else the Box of the frames, which are the env's
-        own (``make_env``'s: Atari's uint8 stack ``[4, 84, 84]``, a float32 vector unbounded), or for
-        several parts a Dict of them."""
+        """One observation as :meth:`predict` takes it, as a gymnasium space (as SB3's
+        ``model.observation_space`` is one): the env's own where training turned its observations into
+        frames of another shape (a Dict, an int, an HWC image); else the Box of the frames, the env's
+        own in the network's dtype (``make_env``'s: Atari's uint8 stack ``[4, 84, 84]``; a vector in
+        float32, unbounded: predict takes a float64 or int vector too, which this Box's ``contains``
+        refuses), or for several parts a Dict of them."""
         if self.own_space is not None:
             return self.own_space
         spec = self.model.spec()
@@ -263,10 +264,11 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         with torch.random.fork_rng(devices=[]):  # its initial weights, replaced by the saved ones, draw from the caller's generator
             model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
-    except UserError as error:  # its torso's module does not import here, or no longer has the class
-        torso = spec.get("torso") if isinstance(spec, dict) else None
-        where = "; its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)" if torso else ""
-        raise UserError(f"{path} was trained with a network that does not build here: {error}{where}") from None
+    except UserError as error:  # its torso: its module does not import here, lacks the class, or the class refuses
+        said = str(error).removeprefix("--torso ")  # (the flag of train.py, which play.py and load have not)
+        where = "; its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)" \
+            if ": cannot import " in said else ""
+        raise UserError(f"{path} was trained with a network that does not build here: its torso {said}{where}") from None
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__}: {_in_one_line(error)}){changed}") from None
