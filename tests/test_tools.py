@@ -561,6 +561,14 @@ def test_a_gpu_pong_call_cut_by_the_devices_limit_brings_back_its_rows_and_last_
     environment = {**os.environ, "GPU_PONG_WATCH_SECONDS": "1"}
     cut = subprocess.run(command(run_dir, 60), cwd=ROOT, capture_output=True, text=True, timeout=60, env=environment)
     assert cut.returncode == -signal.SIGKILL or cut.returncode == 137, (cut.returncode, cut.stderr)
+    # the device kills every process of the call; the KILL reached the script's process group, and gpu_pong.sh's own
+    # timeout put train.py in a group of its own
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(run_dir).encode() in (process / "cmdline").read_bytes():
+                os.kill(int(process.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
     out = tmp_path / "run_out"
     assert {p.name for p in out.iterdir()} >= {"config.json", "progress.csv", "checkpoints"} and not (out / "segments.jsonl").exists()
     assert [p.name for p in sorted((out / "checkpoints").iterdir())][:2] == ["latest.pt.part-aa", "latest.pt.part-ab"]

@@ -86,15 +86,19 @@ join_parts() {  # FILE: FILE made again from FILE.part-aa, -ab, ... (a previous 
 }
 
 put_out() {  # FILE DEST: a copy of FILE at DEST, or in parts DEST.part-aa, -ab, ... of PART_BYTES where larger;
-  # made beside as DEST.new first, so that a call cut while it copies leaves the copy before it whole (but in the renames)
+  # made beside as DEST.new first and renamed over the copy before it, so that a call cut while it copies leaves
+  # that copy whole (but in the renames of its parts, a moment)
   rm -f "$2.new" "$2.new".part-*
   if [ "$(stat -c %s "$1")" -gt "$PART_BYTES" ]; then
     split -b "$PART_BYTES" -a 2 "$1" "$2.new.part-" || return 1
-    rm -f "$2" "$2".part-*
-    local part
-    for part in "$2.new".part-*; do mv "$part" "$2${part#"$2.new"}"; done
+    local part kept=()
+    for part in "$2.new".part-*; do mv "$part" "$2${part#"$2.new"}" && kept+=("$2${part#"$2.new"}"); done
+    rm -f "$2"
+    for part in "$2".part-*; do  # the parts past the new ones, of a larger copy before
+      [[ " ${kept[*]} " == *" $part "* ]] || rm -f "$part"
+    done
   else
-    cp "$1" "$2.new" && rm -f "$2".part-* && mv "$2.new" "$2"
+    cp "$1" "$2.new" && mv "$2.new" "$2" && rm -f "$2".part-*
   fi
 }
 
@@ -112,8 +116,11 @@ copy_out() {  # what the next call needs, into OUT_DIR (where the run is not tra
 keep_out_current() {  # while train.py runs, every WATCH_SECONDS: progress.csv, and each new checkpoint, copied out,
   # so that a call cut by the device's limit (whose OUT still comes back) brings the run's rows and last checkpoint
   [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ] || return 0  # (a copy would take train.py's files' place)
+  trap 'exit 0' TERM  # the kill after the run takes effect after a copy under way: the final copy never overlaps one
   local copied="" stamp
-  while sleep "$WATCH_SECONDS"; do
+  while true; do
+    sleep "$WATCH_SECONDS" &
+    wait $!  # (a sleep in the foreground would hold the TERM's trap until it ends)
     [ -f "$RUN_DIR/progress.csv" ] && put_out "$RUN_DIR/progress.csv" "$OUT_DIR/progress.csv"
     stamp=$(stat -c %i.%Y "$RUN_DIR/checkpoints/latest.pt" 2>/dev/null) || continue  # a new file each save (a rename)
     [ "$stamp" = "$copied" ] || { copy_out && copied=$stamp; }
