@@ -903,6 +903,9 @@ def test_files_that_are_not_checkpoints_are_refused_in_one_line(run_copy, tmp_pa
     (lambda payload: payload.update(callbacks=5), "callbacks state is missing or damaged"),
     (lambda payload: payload.pop("callbacks"), "callbacks state is missing or damaged"),
     (lambda payload: payload.pop("counters"), "the checkpoint holds no counters"),
+    # settings of the wrong type were tracebacks where they were used (validate, the schedule, the early end)
+    (lambda payload: payload["config"].update(total_timesteps="480"), r"total_timesteps must be .*, got '480'"),
+    (lambda payload: payload["config"].update(eval_every=None), r"eval_every must be .*, got None"),
     (lambda payload: payload.update(rng={"python": [3]}), r"generator states are damaged \(IndexError\)"),
 ])
 def test_damaged_parts_of_a_checkpoint_are_refused_in_one_line(run_copy, edit, match):
@@ -992,6 +995,12 @@ def test_a_resume_of_a_finished_run_says_there_is_nothing_to_train_and_leaves_th
 
     assert acer_sync.train(resume=run_copy, callbacks=[Ends()], verbose=0) == run_copy  # its callbacks still end
     assert ends == [Stop.FINISHED]
+    # what a resume mends it still mends: a temporary file a kill left (a buffer's: GBs), a removed config.json
+    leftover = run_copy / "checkpoints" / ".buffer.npz.k3j2.tmp"
+    leftover.write_bytes(b"cut short")
+    (run_copy / "config.json").unlink()
+    assert acer_sync.train(resume=run_copy, verbose=0) == run_copy
+    assert not leftover.exists() and json.loads((run_copy / "config.json").read_text())["config"]["total_timesteps"] == 480
     assert acer_sync.train(resume=run_copy, total_timesteps=520, verbose=0) == run_copy  # a larger total trains on
     assert load_checkpoint(run_copy)["counters"]["timesteps"] == 520
 

@@ -45,7 +45,7 @@ from acer_sync.base.config import (
     setting_name,
     validate,
 )
-from acer_sync.base.config_file import check_setting, env_settings_line, load_env_settings
+from acer_sync.base.config_file import check_setting, env_settings_line, field_types, load_env_settings
 from acer_sync.base.errors import UserError, WriteFailed, env_stop, names_a_path
 from acer_sync.base.log import console, log
 from acer_sync.base.malloc import freed_memory_kept
@@ -77,6 +77,7 @@ from acer_sync.training.checkpoint import (
     has_checkpoint,
     latest_checkpoint,
     load_run_checkpoint,
+    remove_leftovers,
 )
 from acer_sync.training.logger import check_progress
 from acer_sync.training.setup import build_trainer, nothing_to_train_note
@@ -211,9 +212,12 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             lock.release(remove=lock.made_file)  # --resume of a directory that holds no run writes nothing
             raise
         run_dir, created = resume, []
-        step = payload["counters"]["timesteps"]
-        # it loaded its buffer, trained nothing and rewrote its files; a user's callbacks still get their start and end
-        if not callbacks and nothing_to_train(step, payload["config"]["total_timesteps"], config, payload["callbacks"]):
+        step, saved_total = payload["counters"]["timesteps"], saved_config(payload["config"]).total_timesteps
+        # It loaded its buffer, trained nothing and rewrote its files. A user's callbacks still get their start and end,
+        # and a missing config.json is written again from the built run.
+        if not callbacks and (run_dir / CONFIG_FILE).exists() and nothing_to_train(step, saved_total, config, payload["callbacks"]):
+            for leftover in remove_leftovers(run_dir):  # a buffer's temporary file, say, of a save a kill cut short: GBs
+                log.info(f"removed {leftover}, left by a write that was cut short")
             lock.release(remove=lock.made_file)
             log.info(f"resuming at step {step}: {nothing_to_train_note(config.total_timesteps)}; the run is left as it was")
             return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)
@@ -447,6 +451,9 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     """The saved run's config with what a resume may change, its env and its checkpoint; a
     UserError for settings that conflict with the run, or a checkpoint that does not fit."""
     payload = load_run_checkpoint(run_dir)
+    for name, value in payload["config"].items():  # a value of the wrong type was a traceback where it was used
+        if name in field_types():  # (a name it does not know: saved_config's TypeError, below)
+            check_setting(name, value, f"the checkpoint in {run_dir}")
     try:
         saved = saved_config(payload["config"])  # a run from before --pipeline ran serial
     except (KeyError, TypeError):
