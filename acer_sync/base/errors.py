@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from typing import Callable
 
 from acer_sync.base.compile_workers import stop_compile_workers
@@ -168,11 +169,27 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
     try:
         _run_main(main, prog)
     finally:
+        ending = sys.exc_info()[1]  # the exit _run_main ends with, or a crash on its way out
         try:
             stop_compile_workers()
         except KeyboardInterrupt:  # a Ctrl-C while it waits: the work is done, and atexit would wait again
-            print(f"{prog}: interrupted", file=sys.stderr)
-            _exit_at_once()
+            _end_at_once(prog, ending)
+
+
+def _end_at_once(prog: str, ending: BaseException | None) -> None:
+    """Exit now as ``ending`` would have (its exit code; a crash's traceback and 1), after a line saying
+    that a signal cut the compile workers' stop short."""
+    code = ending.code if isinstance(ending, SystemExit) and isinstance(ending.code, int) else 0 if ending is None else 1
+    if ending is not None and not isinstance(ending, SystemExit):
+        traceback.print_exception(ending)
+    print(f"{prog}: {_interrupted()} while torch.compile's workers stopped", file=sys.stderr)
+    _exit_at_once(code)
+
+
+def _interrupted() -> str:
+    """``interrupted``, and by which signal where it was not SIGINT (the last stop signal's)."""
+    name = signal.Signals(_last_stop[0]).name if _last_stop is not None else "SIGINT"
+    return "interrupted" + (f" by {name}" if name != "SIGINT" else "")
 
 
 def _run_main(main: Callable[[], int | None], prog: str) -> None:
@@ -197,8 +214,7 @@ def _run_main(main: Callable[[], int | None], prog: str) -> None:
         print_error(prog, f"a file name is longer than the file system takes: {name[:60]}{'...' if len(name) > 60 else ''}")
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt as interrupt:
-        name = signal.Signals(_last_stop[0]).name if _last_stop is not None else "SIGINT"
-        print(f"{prog}: interrupted" + (f" by {name}" if name != "SIGINT" else ""), file=sys.stderr)
+        print(f"{prog}: {_interrupted()}", file=sys.stderr)
         for note in getattr(interrupt, "__notes__", ()):  # a run's, which one that no signal sent stopped: its checkpoint
             print(note, file=sys.stderr)
         code = EXIT_INTERRUPTED
@@ -231,11 +247,11 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _exit_at_once() -> None:
-    """Flush what was printed and exit 130 without running finalizers or atexit."""
+def _exit_at_once(code: int = EXIT_INTERRUPTED) -> None:
+    """Flush what was printed and exit with ``code`` (130) without running finalizers or atexit."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(code)
