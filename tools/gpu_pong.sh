@@ -92,7 +92,7 @@ put_out() {  # FILE DEST: a copy of FILE at DEST, or in parts DEST.part-aa, -ab,
   if [ "$(stat -c %s "$1")" -gt "$PART_BYTES" ]; then
     split -b "$PART_BYTES" -a 2 "$1" "$2.new.part-" || return 1
     local part kept=()
-    for part in "$2.new".part-*; do mv "$part" "$2${part#"$2.new"}" && kept+=("$2${part#"$2.new"}"); done
+    for part in "$2.new".part-*; do mv "$part" "$2${part#"$2.new"}" || return 1; kept+=("$2${part#"$2.new"}"); done
     rm -f "$2"
     for part in "$2".part-*; do  # the parts past the new ones, of a larger copy before
       [[ " ${kept[*]} " == *" $part "* ]] || rm -f "$part"
@@ -116,11 +116,12 @@ copy_out() {  # what the next call needs, into OUT_DIR (where the run is not tra
 keep_out_current() {  # while train.py runs, every WATCH_SECONDS: progress.csv, and each new checkpoint, copied out,
   # so that a call cut by the device's limit (whose OUT still comes back) brings the run's rows and last checkpoint
   [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ] || return 0  # (a copy would take train.py's files' place)
-  trap 'exit 0' TERM  # the kill after the run takes effect after a copy under way: the final copy never overlaps one
-  local copied="" stamp
-  while true; do
+  local copied="" stamp stop=""
+  trap 'stop=1' TERM  # the kill after the run ends the loop between copies, never in one: the final copy overlaps none
+  while [ -z "$stop" ]; do
     sleep "$WATCH_SECONDS" &
-    wait $!  # (a sleep in the foreground would hold the TERM's trap until it ends)
+    wait $!  # (a sleep in the foreground would hold the TERM until it ends)
+    [ -z "$stop" ] || break
     [ -f "$RUN_DIR/progress.csv" ] && put_out "$RUN_DIR/progress.csv" "$OUT_DIR/progress.csv"
     stamp=$(stat -c %i.%Y "$RUN_DIR/checkpoints/latest.pt" 2>/dev/null) || continue  # a new file each save (a rename)
     [ "$stamp" = "$copied" ] || { copy_out && copied=$stamp; }
@@ -216,12 +217,18 @@ if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
   tar czf "$RUN_DIR/compile_cache.tar.gz.packing" -C "$RUN_DIR" compile_cache \
     && mv "$RUN_DIR/compile_cache.tar.gz.packing" "$RUN_DIR/compile_cache.tar.gz" || rm -f "$RUN_DIR/compile_cache.tar.gz.packing"
 fi
-copy_out compile_cache.tar.gz
-if [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
-  files=$(find "$OUT_DIR" -type f | wc -l) bytes=$(find "$OUT_DIR" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+copy_out
+# the compile cache, where OUT_DIR has room for it: counted before it is copied, so that a call cut at any moment
+# leaves OUT_DIR within what a device call brings back
+if [ -f "$RUN_DIR/compile_cache.tar.gz" ] && [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
+  rm -f "$OUT_DIR"/compile_cache.tar.gz*  # an earlier call's
+  size=$(stat -c %s "$RUN_DIR/compile_cache.tar.gz")
+  files=$(( $(find "$OUT_DIR" -type f | wc -l) + (size + PART_BYTES - 1) / PART_BYTES ))
+  bytes=$(( $(find "$OUT_DIR" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }') + size ))
   if [ "$files" -gt "$OUT_MAX_FILES" ] || [ "$bytes" -gt "$OUT_MAX_BYTES" ]; then
-    rm -f "$OUT_DIR"/compile_cache.tar.gz*
     echo "gpu_pong: the compile cache is left out of $OUT_DIR ($files files, $bytes bytes with it; a device call brings back $OUT_MAX_FILES, and the next carries $OUT_MAX_BYTES beside the checkout): the next call compiles cold"
+  else
+    put_out "$RUN_DIR/compile_cache.tar.gz" "$OUT_DIR/compile_cache.tar.gz"
   fi
 fi
 du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'
