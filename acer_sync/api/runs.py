@@ -212,15 +212,9 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
             lock.release(remove=lock.made_file)  # --resume of a directory that holds no run writes nothing
             raise
         run_dir, created = resume, []
-        step, saved_total = payload["counters"]["timesteps"], saved_config(payload["config"]).total_timesteps
-        # It loaded its buffer, trained nothing and rewrote its files. A user's callbacks still get their start and end,
-        # and a missing config.json is written again from the built run.
-        if not callbacks and (run_dir / CONFIG_FILE).exists() and nothing_to_train(step, saved_total, config, payload["callbacks"]):
-            for leftover in remove_leftovers(run_dir):  # a buffer's temporary file, say, of a save a kill cut short: GBs
-                log.info(f"removed {leftover}, left by a write that was cut short")
-            lock.release(remove=lock.made_file)
-            log.info(f"resuming at step {step}: {nothing_to_train_note(config.total_timesteps)}; the run is left as it was")
-            return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)
+        finished = None if callbacks else _left_as_it_was(run_dir, config, payload, lock)  # callbacks get their start and end
+        if finished is not None:
+            return finished
     else:
         if env is None:
             raise UserError("acer_sync.train needs an env: an env id such as 'CartPole-v1', or a callable that returns a gymnasium env")
@@ -303,6 +297,21 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         return outcome
     finally:
         lock.release()
+
+
+def _left_as_it_was(run_dir: Path, config: Config, payload: dict, lock: RunLock) -> Outcome | None:
+    """The outcome of a resume that has nothing to do (:func:`nothing_to_train`), the run left as it
+    was and its lock released (built, it loaded the buffer, trained nothing and wrote the run's files
+    again); None where it has something to do, or a removed config.json to write again from the built run."""
+    step = payload["counters"]["timesteps"]
+    if not (run_dir / CONFIG_FILE).exists() or not nothing_to_train(
+            step, saved_config(payload["config"]).total_timesteps, config, payload["callbacks"]):
+        return None
+    for leftover in remove_leftovers(run_dir):  # a buffer's temporary file, say, of a save a kill cut short: GBs
+        log.info(f"removed {leftover}, left by a write that was cut short")
+    lock.release(remove=lock.made_file)
+    log.info(f"resuming at step {step}: {nothing_to_train_note(config.total_timesteps)}; the run is left as it was")
+    return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)
 
 
 def nothing_to_train(step: int, saved_total: int, config: Config, callback_states: dict) -> bool:
