@@ -208,13 +208,13 @@ def _run(env, run_dir, resume, callbacks, progress_bar, on_progress, on_checkpoi
         try:
             config, info, payload = resumed_run(resume, env, settings)
             check_saved_state(payload, config.num_envs * config.nsteps)  # its counters are read next
+            finished = None if callbacks else _left_as_it_was(resume, config, payload, lock)  # callbacks get their start and end
         except BaseException:
             lock.release(remove=lock.made_file)  # --resume of a directory that holds no run writes nothing
             raise
-        run_dir, created = resume, []
-        finished = None if callbacks else _left_as_it_was(run_dir, config, payload, lock)  # callbacks get their start and end
         if finished is not None:
             return finished
+        run_dir, created = resume, []
     else:
         if env is None:
             raise UserError("acer_sync.train needs an env: an env id such as 'CartPole-v1', or a callable that returns a gymnasium env")
