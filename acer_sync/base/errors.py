@@ -170,25 +170,35 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
         _run_main(main, prog)
     finally:
         ending = sys.exc_info()[1]  # the exit _run_main ends with, or a crash on its way out
-        try:
-            stop_compile_workers()
-        except KeyboardInterrupt:  # a Ctrl-C while it waits: the work is done, and atexit would wait again
-            _end_at_once(prog, ending)
+        for signum in STOP_SIGNALS:  # a signal while it waits: the work is done, and atexit would wait again
+            signal.signal(signum, lambda signum, frame: _end_at_once(prog, ending, signum))
+        stop_compile_workers()
 
 
-def _end_at_once(prog: str, ending: BaseException | None) -> None:
-    """Exit now as ``ending`` would have (its exit code; a crash's traceback and 1), after a line saying
-    that a signal cut the compile workers' stop short."""
-    code = ending.code if isinstance(ending, SystemExit) and isinstance(ending.code, int) else 0 if ending is None else 1
-    if ending is not None and not isinstance(ending, SystemExit):
+def _end_at_once(prog: str, ending: BaseException | None, signum: int) -> None:
+    """Exit now as ``ending`` would have (its exit code; a crash's traceback and 1; a Ctrl-C's 130),
+    after a line saying that signal ``signum`` cut the compile workers' stop short."""
+    if isinstance(ending, SystemExit):
+        code = ending.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)  # sys.exit("message"), as Python ends it
+        code = code if isinstance(code, int) else 0 if code is None else 1
+    elif isinstance(ending, KeyboardInterrupt):
+        code = EXIT_INTERRUPTED
+    elif ending is not None:
         traceback.print_exception(ending)
-    print(f"{prog}: {_interrupted()} while torch.compile's workers stopped", file=sys.stderr)
+        code = 1
+    else:
+        code = 0
+    print(f"{prog}: {_interrupted(signum)} while torch.compile's workers stopped", file=sys.stderr)
     _exit_at_once(code)
 
 
-def _interrupted() -> str:
-    """``interrupted``, and by which signal where it was not SIGINT (the last stop signal's)."""
-    name = signal.Signals(_last_stop[0]).name if _last_stop is not None else "SIGINT"
+def _interrupted(signum: int | None = None) -> str:
+    """``interrupted``, and by which signal where it was not SIGINT (``signum``, else the last stop signal)."""
+    if signum is None and _last_stop is not None:
+        signum = _last_stop[0]
+    name = signal.Signals(signum).name if signum is not None else "SIGINT"
     return "interrupted" + (f" by {name}" if name != "SIGINT" else "")
 
 
