@@ -75,6 +75,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 RUN_DIR=${RUN_DIR%/} OUT_DIR=${OUT_DIR%/}
+case $PART_BYTES in ''|*[!0-9]*|0) echo "gpu_pong.sh: error: --part-bytes must be a positive whole number of bytes, got $PART_BYTES" >&2; exit 2 ;; esac
 
 join_parts() {  # FILE: FILE made again from FILE.part-aa, -ab, ... (a previous call's OUT_DIR, carried back)
   local parts=("$1".part-*)
@@ -123,6 +124,7 @@ keep_out_current() {  # while train.py runs, every WATCH_SECONDS: progress.csv, 
     wait $!  # (a sleep in the foreground would hold the TERM until it ends)
     [ -z "$stop" ] || break
     [ -f "$RUN_DIR/progress.csv" ] && put_out "$RUN_DIR/progress.csv" "$OUT_DIR/progress.csv"
+    [ -z "$stop" ] || break
     stamp=$(stat -c %i.%Y "$RUN_DIR/checkpoints/latest.pt" 2>/dev/null) || continue  # a new file each save (a rename)
     [ "$stamp" = "$copied" ] || { copy_out && copied=$stamp; }
   done
@@ -217,18 +219,20 @@ if [ -d "$TORCHINDUCTOR_CACHE_DIR" ]; then
   tar czf "$RUN_DIR/compile_cache.tar.gz.packing" -C "$RUN_DIR" compile_cache \
     && mv "$RUN_DIR/compile_cache.tar.gz.packing" "$RUN_DIR/compile_cache.tar.gz" || rm -f "$RUN_DIR/compile_cache.tar.gz.packing"
 fi
-copy_out
+copy_out || echo "gpu_pong: warning: not every file of $RUN_DIR was copied to $OUT_DIR (see the lines above)" >&2
 # the compile cache, where OUT_DIR has room for it: counted before it is copied, so that a call cut at any moment
 # leaves OUT_DIR within what a device call brings back
 if [ -f "$RUN_DIR/compile_cache.tar.gz" ] && [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
   rm -f "$OUT_DIR"/compile_cache.tar.gz*  # an earlier call's
   size=$(stat -c %s "$RUN_DIR/compile_cache.tar.gz")
-  files=$(( $(find "$OUT_DIR" -type f | wc -l) + (size + PART_BYTES - 1) / PART_BYTES ))
+  parts=$(( (size + PART_BYTES - 1) / PART_BYTES )) && [ "$parts" -ge 1 ] || parts=1  # an empty file is one file too
+  files=$(( $(find "$OUT_DIR" -type f | wc -l) + parts ))
   bytes=$(( $(find "$OUT_DIR" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }') + size ))
   if [ "$files" -gt "$OUT_MAX_FILES" ] || [ "$bytes" -gt "$OUT_MAX_BYTES" ]; then
     echo "gpu_pong: the compile cache is left out of $OUT_DIR ($files files, $bytes bytes with it; a device call brings back $OUT_MAX_FILES, and the next carries $OUT_MAX_BYTES beside the checkout): the next call compiles cold"
   else
-    put_out "$RUN_DIR/compile_cache.tar.gz" "$OUT_DIR/compile_cache.tar.gz"
+    put_out "$RUN_DIR/compile_cache.tar.gz" "$OUT_DIR/compile_cache.tar.gz" \
+      || echo "gpu_pong: warning: the compile cache was not copied to $OUT_DIR: the next call compiles cold" >&2
   fi
 fi
 du -sh "$OUT_DIR" | sed 's/^/gpu_pong: OUT_DIR holds /'
