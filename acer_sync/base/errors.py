@@ -177,7 +177,7 @@ def run_cli(main: Callable[[], int | None], prog: str) -> None:
 
 def _end_at_once(prog: str, ending: BaseException | None, signum: int) -> None:
     """Exit now as ``ending`` would have (its exit code; a crash's traceback and 1; a Ctrl-C's 130),
-    after a line saying that signal ``signum`` cut the compile workers' stop short."""
+    after a line saying that signal ``signum`` cut its end short (the compile workers' stop, atexit)."""
     if isinstance(ending, SystemExit):
         code = ending.code
         if code is not None and not isinstance(code, int):
@@ -190,7 +190,7 @@ def _end_at_once(prog: str, ending: BaseException | None, signum: int) -> None:
         code = 1
     else:
         code = 0
-    print(f"{prog}: {_interrupted(signum)} while torch.compile's workers stopped", file=sys.stderr)
+    print(f"{prog}: {_interrupted(signum)} as it ended", file=sys.stderr)  # (stopping compile workers, atexit)
     _exit_at_once(code)
 
 
