@@ -77,10 +77,9 @@ from acer_sync.training.checkpoint import (
     has_checkpoint,
     latest_checkpoint,
     load_run_checkpoint,
-    remove_leftovers,
 )
 from acer_sync.training.logger import check_progress
-from acer_sync.training.setup import build_trainer, nothing_to_train_note
+from acer_sync.training.setup import build_trainer, nothing_to_train_note, remove_cut_writes
 from acer_sync.training.tracking import check_wandb
 from acer_sync.training.trainer import Trainer
 from atari.envs import EnvInfo, env_info
@@ -307,8 +306,7 @@ def _left_as_it_was(run_dir: Path, config: Config, payload: dict, lock: RunLock)
     if not (run_dir / CONFIG_FILE).exists() or not nothing_to_train(
             step, saved_config(payload["config"]).total_timesteps, config, payload["callbacks"]):
         return None
-    for leftover in remove_leftovers(run_dir):  # a buffer's temporary file, say, of a save a kill cut short: GBs
-        log.info(f"removed {leftover}, left by a write that was cut short")
+    remove_cut_writes(run_dir)
     lock.release(remove=lock.made_file)
     log.info(f"resuming at step {step}: {nothing_to_train_note(config.total_timesteps)}; the run is left as it was")
     return Outcome(Stop.FINISHED, run_dir, step, checkpoint_step=step)

@@ -106,6 +106,13 @@ def nothing_to_train_note(total_timesteps: int) -> str:
             "--total-timesteps continues it)")
 
 
+def remove_cut_writes(run_dir: Path) -> None:
+    """Remove the temporary files of writes that a kill cut short from a resumed run (a buffer's can be
+    GBs; :func:`acer_sync.training.checkpoint.remove_leftovers`), saying each."""
+    for leftover in remove_leftovers(run_dir):
+        log.info(f"removed {leftover}, left by a write that was cut short")
+
+
 def seed_everything(seed: int) -> np.random.Generator:
     """Seed python's, numpy's and torch's global generators; returns the replay sampler's generator."""
     random.seed(seed)
@@ -219,11 +226,10 @@ def build_trainer(
             if not config.save_buffer and saved.exists():  # nothing removes it: it would stay at this step for good
                 said += (f"; --save-buffer is off, so {saved} ({saved.stat().st_size / 1e9:.2f} GB) is not kept up to "
                          "date: remove it to free the disk")
-            if counters["timesteps"] >= config.total_timesteps:  # with callbacks of the user's (api.run), or owing an evaluation
+            if counters["timesteps"] >= config.total_timesteps:  # with callbacks, owing an evaluation, or config.json gone
                 said += f"; {nothing_to_train_note(config.total_timesteps)}"
             log.info(f"resuming at step {counters['timesteps']}: {said}")
-            for leftover in remove_leftovers(run_dir):
-                log.info(f"removed {leftover}, left by a write that was cut short")
+            remove_cut_writes(run_dir)
         backend = choose_backend(info, config.vec_env)
         env = VecEnv(info, config.num_envs, backend, num_threads=config.threads, timeout=config.env_timeout,
                      groups=config.env_groups)
