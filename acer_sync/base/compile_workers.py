@@ -29,7 +29,7 @@ def stop_compile_workers(wait: float = WAIT_SECONDS) -> int:
     pools = getattr(async_compile, "_pool_set", None)
     if not pools:
         return 0
-    killed = 0
+    killed, stuck = 0, False
     for pool in list(pools):
         closing = threading.Thread(target=_shut_down, args=(pool,), name="compile-workers", daemon=True)
         closing.start()
@@ -39,10 +39,11 @@ def stop_compile_workers(wait: float = WAIT_SECONDS) -> int:
             process.kill()
             killed += 1
             closing.join(wait)
+        stuck = stuck or closing.is_alive()
     if killed:
         log.warning(f"warning: torch.compile's worker did not stop within {wait:.0f} s of the end (pytorch/pytorch#162199): "
                     "killed, the work done")
-    if not any(thread.is_alive() for thread in threading.enumerate() if thread.name == "compile-workers"):
+    if not stuck:
         _shut_down(async_compile, "shutdown_compile_workers")  # forgets the stopped pools, as the exit's hook would
     return killed
 
