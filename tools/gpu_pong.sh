@@ -75,6 +75,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 RUN_DIR=${RUN_DIR%/} OUT_DIR=${OUT_DIR%/}
+# OUT_DIR apart from RUN_DIR: what the next call needs is copied there (else the run trains in OUT_DIR itself, and a
+# copy would take train.py's files' place)
+OUT_APART=""
+[ "$(realpath -m "$RUN_DIR")" = "$(realpath -m "$OUT_DIR")" ] || OUT_APART=1
 case $PART_BYTES in ''|*[!0-9]*|0) echo "gpu_pong.sh: error: --part-bytes must be a positive whole number of bytes, got $PART_BYTES" >&2; exit 2 ;; esac
 
 join_parts() {  # FILE: FILE made again from FILE.part-aa, -ab, ... (a previous call's OUT_DIR, carried back)
@@ -103,8 +107,8 @@ put_out() {  # FILE DEST: a copy of FILE at DEST, or in parts DEST.part-aa, -ab,
   fi
 }
 
-copy_out() {  # what the next call needs, into OUT_DIR (where the run is not trained in OUT_DIR itself)
-  [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ] || return 0
+copy_out() {  # what the next call needs, into OUT_DIR (where it is apart from RUN_DIR)
+  [ -n "$OUT_APART" ] || return 0
   mkdir -p "$OUT_DIR/checkpoints" || return 1
   local name failed=0
   for name in config.json progress.csv segments.jsonl checkpoints/latest.pt "$@"; do
@@ -116,7 +120,7 @@ copy_out() {  # what the next call needs, into OUT_DIR (where the run is not tra
 
 keep_out_current() {  # while train.py runs, every WATCH_SECONDS: progress.csv, and each new checkpoint, copied out,
   # so that a call cut by the device's limit (whose OUT still comes back) brings the run's rows and last checkpoint
-  [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ] || return 0  # (a copy would take train.py's files' place)
+  [ -n "$OUT_APART" ] || return 0
   local copied="" stamp stop=""
   trap 'stop=1' TERM  # the kill after the run ends the loop between copies, never in one: the final copy overlaps none
   while [ -z "$stop" ]; do
@@ -222,7 +226,7 @@ fi
 copy_out || echo "gpu_pong: warning: not every file of $RUN_DIR was copied to $OUT_DIR (see the lines above)" >&2
 # the compile cache, where OUT_DIR has room for it: counted before it is copied, so that a call cut at any moment
 # leaves OUT_DIR within what a device call brings back
-if [ -f "$RUN_DIR/compile_cache.tar.gz" ] && [ "$(realpath -m "$RUN_DIR")" != "$(realpath -m "$OUT_DIR")" ]; then
+if [ -f "$RUN_DIR/compile_cache.tar.gz" ] && [ -n "$OUT_APART" ]; then
   rm -f "$OUT_DIR"/compile_cache.tar.gz*  # an earlier call's
   size=$(stat -c %s "$RUN_DIR/compile_cache.tar.gz")
   parts=$(( (size + PART_BYTES - 1) / PART_BYTES )) && [ "$parts" -ge 1 ] || parts=1  # an empty file is one file too
