@@ -226,6 +226,23 @@ def test_loading_after_the_torso_class_changed_names_what_differs(tmp_path, monk
     assert "\n" not in message and "torso.module.extra.weight" in message and "has user_torsos:SmallTorso changed since the run saved it?" in message
 
 
+def test_loading_a_torso_that_no_longer_builds_says_why_as_the_loader_not_as_train_py(tmp_path, monkeypatch):
+    # The class gone from its module, or refusing its contract: no "--torso" (load has no such flag) and
+    # no advice about the import path, which only a module that does not import needs.
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, torso=user_torsos.SmallTorso, **SMALL)
+    monkeypatch.delattr(user_torsos, "SmallTorso")
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.load(run_dir)
+    assert str(error.value) == (f"{run_dir} was trained with a network that does not build here: "
+                                "its torso user_torsos:SmallTorso: user_torsos has no SmallTorso")
+    monkeypatch.setattr(user_torsos, "SmallTorso", user_torsos.NoFeaturesDim, raising=False)
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.load(run_dir)
+    assert str(error.value).startswith(f"{run_dir} was trained with a network that does not build here: "
+                                       "its torso user_torsos:SmallTorso must be an nn.Module with an int attribute features_dim >= 1")
+    assert "PYTHONPATH" not in str(error.value) and "--torso" not in str(error.value)
+
+
 def _one_hot(index: int, size: int) -> np.ndarray:
     return np.eye(size, dtype=np.float32)[index]
 

@@ -32,7 +32,7 @@ from acer_sync.nets.build import (
 from acer_sync.nets.distributions import Categorical, DiagGaussian, Distribution
 from acer_sync.nets.networks import Network, network_from_spec
 from acer_sync.nets.precision import NetworkPasses, native_bf16, runs_in_bf16
-from acer_sync.nets.torsos import observation_space_of, parts_space_of
+from acer_sync.nets.torsos import TorsoError, observation_space_of, parts_space_of
 from acer_sync.rollout.actor import choose_actions, policy_not_finite
 from acer_sync.training.checkpoint import load_run_checkpoint
 from atari import parts
@@ -264,11 +264,12 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         with torch.random.fork_rng(devices=[]):  # its initial weights, replaced by the saved ones, draw from the caller's generator
             model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
-    except UserError as error:  # its torso: its module does not import here, lacks the class, or the class refuses
-        said = str(error).removeprefix("--torso ")  # (the flag of train.py, which play.py and load have not)
+    except TorsoError as error:  # its module does not import here, lacks the class, or the class refuses (not said as train.py's --torso)
         where = "; its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)" \
-            if ": cannot import " in said else ""
-        raise UserError(f"{path} was trained with a network that does not build here: its torso {said}{where}") from None
+            if error.cannot_import else ""
+        raise UserError(f"{path} was trained with a network that does not build here: its torso {error.torso}{error.detail}{where}") from None
+    except UserError as error:
+        raise UserError(f"{path} was trained with a network that does not build here: {error}") from None
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__}: {_in_one_line(error)}){changed}") from None

@@ -191,6 +191,17 @@ def torso_name(torso: type | str) -> str:
     return f"{torso.__module__}:{torso.__qualname__}"
 
 
+class TorsoError(UserError):
+    """A torso class that cannot be imported or refuses its contract, in one line: ``--torso NAME``
+    and ``detail`` (from ``": "`` or ``" "`` on), as train.py says it. ``torso`` and ``detail`` let
+    a loader say it with its own words; ``cannot_import`` is true where the class's module did not
+    import (not on the path where the run is loaded, or failing there)."""
+
+    def __init__(self, torso: str, detail: str, *, cannot_import: bool = False):
+        super().__init__(f"--torso {torso}{detail}")
+        self.torso, self.detail, self.cannot_import = torso, detail, cannot_import
+
+
 def import_torso(name: str) -> type:
     """The class ``module:Class`` names; a one-line UserError where it cannot be imported."""
     module_name, colon, class_name = name.partition(":")
@@ -199,15 +210,15 @@ def import_torso(name: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any error in the user's module is theirs to read, in one line
-        raise UserError(f"--torso {name}: cannot import {module_name} ({type(error).__name__}: {error})") from None
+        raise TorsoError(name, f": cannot import {module_name} ({type(error).__name__}: {error})", cannot_import=True) from None
     target = module
     for part in class_name.split("."):
         target = getattr(target, part, None)
         if target is None:
             where = " (defined in the script that ran; move it to a module to rebuild it elsewhere)" if module_name == "__main__" else ""
-            raise UserError(f"--torso {name}: {module_name} has no {class_name}{where}")
+            raise TorsoError(name, f": {module_name} has no {class_name}{where}")
     if not (isinstance(target, type) and issubclass(target, nn.Module)):
-        raise UserError(f"--torso {name} is not an nn.Module class")
+        raise TorsoError(name, " is not an nn.Module class")
     return target
 
 
@@ -248,12 +259,11 @@ class UserTorso(nn.Module):
         try:
             module = cls(self.space, **self.kwargs)
         except Exception as error:  # noqa: BLE001 - the user's constructor, reported in one line
-            raise UserError(f"--torso {name}: {cls.__name__}({self.space}, **{self.kwargs}) raised "
-                            f"{type(error).__name__}: {error}") from None
+            raise TorsoError(name, f": {cls.__name__}({self.space}, **{self.kwargs}) raised {type(error).__name__}: {error}") from None
         features_dim = getattr(module, "features_dim", None)
         if not isinstance(module, nn.Module) or not isinstance(features_dim, int) or isinstance(features_dim, bool) or features_dim < 1:
-            raise UserError(f"--torso {name} must be an nn.Module with an int attribute features_dim >= 1 "
-                            f"(Stable-Baselines3's BaseFeaturesExtractor contract); it has features_dim={features_dim!r}")
+            raise TorsoError(name, " must be an nn.Module with an int attribute features_dim >= 1 "
+                                   f"(Stable-Baselines3's BaseFeaturesExtractor contract); it has features_dim={features_dim!r}")
         self.module = module
         self.features_dim = features_dim
         self._check_output()
@@ -269,12 +279,11 @@ class UserTorso(nn.Module):
             with torch.no_grad(), evaluation_mode(self.module):  # its BatchNorm statistics and the RNG untouched
                 out = self.module(sample)
         except Exception as error:  # noqa: BLE001
-            raise UserError(f"--torso {self.name}: its forward on a batch of {shapes} raised "
-                            f"{type(error).__name__}: {error}") from None
+            raise TorsoError(self.name, f": its forward on a batch of {shapes} raised {type(error).__name__}: {error}") from None
         if not isinstance(out, torch.Tensor) or out.shape != (2, self.features_dim) or not out.is_floating_point():
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise UserError(f"--torso {self.name}: forward must return floats of shape [B, features_dim] = "
-                            f"[2, {self.features_dim}] for a batch of 2 observations, got {got}")
+            raise TorsoError(self.name, ": forward must return floats of shape [B, features_dim] = "
+                                        f"[2, {self.features_dim}] for a batch of 2 observations, got {got}")
 
     def forward(self, obs) -> torch.Tensor:
         """The module's features, in float32 whatever float it returns (an LSTM after it, and the
