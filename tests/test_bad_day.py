@@ -694,6 +694,28 @@ def edit_checkpoint(run_dir: Path, edit) -> None:
     torch.save(payload, run_dir / "checkpoints" / LATEST)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a run saved on the GPU, resumed where there is none")
+def test_a_run_trained_on_the_gpu_continues_on_a_cpu_with_the_cuda_only_settings_changed(run_copy):
+    # As the H200's Pong run did on the 2-core CPU: its saved settings (device cuda, --compile graph) are refused
+    # here one at a time, in one line each, with nothing changed, until the resume names settings the CPU has.
+    def on_the_gpu(config: dict) -> None:
+        config.update(device="cuda", compile="graph", pipeline="overlap", replay_device="auto")
+
+    edit_checkpoint(run_copy, lambda payload: on_the_gpu(payload["config"]))
+    saved = json.loads((run_copy / "config.json").read_text())
+    on_the_gpu(saved["config"])
+    (run_copy / "config.json").write_text(json.dumps(saved))
+    refused_resume(run_copy, "--device cuda was asked for, but torch sees no CUDA device")
+    before = snapshot(run_copy)
+    with pytest.raises(acer_sync.UserError, match="--compile graph runs the update as a CUDA graph, and this run's device is cpu"):
+        acer_sync.train(resume=run_copy, total_timesteps=960, device="cpu", verbose=0)
+    assert snapshot(run_copy) == before
+    acer_sync.train(resume=run_copy, total_timesteps=960, device="cpu", compile="off", verbose=0)
+    assert load_checkpoint(run_copy)["counters"]["timesteps"] == 960
+    ran = json.loads((run_copy / "config.json").read_text())["ran"]
+    assert ran["device"] == "cpu" and ran["compile"] == "off" and ran["pipeline"] == "overlap"
+
+
 def test_another_runs_checkpoint_copied_in_is_refused(run_copy, tmp_path):
     other = tmp_path / "other"
     acer_sync.train("Acrobot-v1", run_dir=other, total_timesteps=40, verbose=0, **SMALL)
