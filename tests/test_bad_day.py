@@ -699,7 +699,7 @@ def test_a_run_trained_on_the_gpu_continues_on_a_cpu_with_the_cuda_only_settings
     # As the H200's Pong run did on the 2-core CPU: its saved settings (device cuda, --compile graph) are refused
     # here one at a time, in one line each, with nothing changed, until the resume names settings the CPU has.
     def on_the_gpu(config: dict) -> None:
-        config.update(device="cuda", compile="graph", pipeline="overlap", replay_device="auto")
+        config.update(device="cuda", compile="graph", pipeline="overlap", replay_device="cuda")
 
     edit_checkpoint(run_copy, lambda payload: on_the_gpu(payload["config"]))
     saved = json.loads((run_copy / "config.json").read_text())
@@ -707,13 +707,15 @@ def test_a_run_trained_on_the_gpu_continues_on_a_cpu_with_the_cuda_only_settings
     (run_copy / "config.json").write_text(json.dumps(saved))
     refused_resume(run_copy, "--device cuda was asked for, but torch sees no CUDA device")
     before = snapshot(run_copy)
-    with pytest.raises(acer_sync.UserError, match="--compile graph runs the update as a CUDA graph, and this run's device is cpu"):
-        acer_sync.train(resume=run_copy, total_timesteps=960, device="cpu", verbose=0)
-    assert snapshot(run_copy) == before
-    acer_sync.train(resume=run_copy, total_timesteps=960, device="cpu", compile="off", verbose=0)
+    for changed, refusal in [({}, "--replay-device cuda keeps the replay buffer on the GPU the run trains on, and this run's device is cpu"),
+                             ({"replay_device": "auto"}, "--compile graph runs the update as a CUDA graph, and this run's device is cpu")]:
+        with pytest.raises(acer_sync.UserError, match=refusal) as error:
+            acer_sync.train(resume=run_copy, total_timesteps=960, device="cpu", verbose=0, **changed)
+        assert "\n" not in str(error.value) and snapshot(run_copy) == before
+    acer_sync.train(resume=run_copy, total_timesteps=960, device="cpu", replay_device="auto", compile="off", verbose=0)
     assert load_checkpoint(run_copy)["counters"]["timesteps"] == 960
     ran = json.loads((run_copy / "config.json").read_text())["ran"]
-    assert ran["device"] == "cpu" and ran["compile"] == "off" and ran["pipeline"] == "overlap"
+    assert ran == {"device": "cpu", "compile": "off", "pipeline": "overlap", "replay_device": "cpu"}
 
 
 def test_another_runs_checkpoint_copied_in_is_refused(run_copy, tmp_path):

@@ -4,7 +4,9 @@ fresh process; and every broken contract a one-line error before anything is wri
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import subprocess
 import sys
 
@@ -17,6 +19,7 @@ import user_torsos
 import acer_sync
 from acer_sync.base.config import build_config
 from acer_sync.nets.networks import network_from_spec
+from acer_sync.nets.torsos import TorsoError, import_torso
 from acer_sync.training.checkpoint import load_checkpoint
 from acer_sync.training.setup import build_trainer
 from atari.envs import env_info
@@ -227,20 +230,49 @@ def test_loading_after_the_torso_class_changed_names_what_differs(tmp_path, monk
 
 
 def test_loading_a_torso_that_no_longer_builds_says_why_as_the_loader_not_as_train_py(tmp_path, monkeypatch):
-    # The class gone from its module, or refusing its contract: no "--torso" (load has no such flag) and
-    # no advice about the import path, which only a module that does not import needs.
+    # Its class gone from its module, refusing its contract, or failing an import of its own: no "--torso" (load
+    # and resume have no such flag), and no advice about the import path, which only a module that does not
+    # import needs (the class's own ImportError got it too, where load read "cannot import" in the text).
     run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, torso=user_torsos.SmallTorso, **SMALL)
+    said = f"{run_dir} was trained with a network that does not build here: its torso user_torsos:SmallTorso"
     monkeypatch.delattr(user_torsos, "SmallTorso")
     with pytest.raises(acer_sync.UserError) as error:
         acer_sync.load(run_dir)
-    assert str(error.value) == (f"{run_dir} was trained with a network that does not build here: "
-                                "its torso user_torsos:SmallTorso: user_torsos has no SmallTorso")
-    monkeypatch.setattr(user_torsos, "SmallTorso", user_torsos.NoFeaturesDim, raising=False)
+    assert str(error.value) == f"{said}: user_torsos has no SmallTorso"
     with pytest.raises(acer_sync.UserError) as error:
-        acer_sync.load(run_dir)
-    assert str(error.value).startswith(f"{run_dir} was trained with a network that does not build here: "
-                                       "its torso user_torsos:SmallTorso must be an nn.Module with an int attribute features_dim >= 1")
-    assert "PYTHONPATH" not in str(error.value) and "--torso" not in str(error.value)
+        acer_sync.train(resume=run_dir, total_timesteps=80, verbose=0)
+    assert str(error.value) == f"{said}: user_torsos has no SmallTorso"
+    for stand_in, detail in [(user_torsos.NoFeaturesDim, " must be an nn.Module with an int attribute features_dim >= 1"),
+                             (user_torsos.ImportsWhatTorchHasNot, ": ImportsWhatTorchHasNot(Box("),
+                             (user_torsos.RefusesInTwoLines, ": RefusesInTwoLines(Box(")]:
+        monkeypatch.setattr(user_torsos, "SmallTorso", stand_in, raising=False)
+        for attempt in (lambda: acer_sync.load(run_dir), lambda: acer_sync.train(resume=run_dir, total_timesteps=80, verbose=0)):
+            with pytest.raises(acer_sync.UserError) as error:
+                attempt()
+            message = str(error.value)
+            assert message.startswith(said + detail) and "\n" not in message, message
+            assert "PYTHONPATH" not in message and "--torso" not in message
+    assert message.endswith("raised ValueError: the first line the second line")
+
+
+def test_a_checkpoint_whose_torso_is_not_module_class_says_so_as_the_loader(tmp_path):
+    run_dir = acer_sync.train("CartPole-v1", run_dir=tmp_path / "run", total_timesteps=40, torso=user_torsos.SmallTorso, **SMALL)
+    path = run_dir / "checkpoints" / "latest.pt"
+    payload = torch.load(path, weights_only=True)
+    payload["model_spec"]["torso"] = "user_torsos"
+    torch.save(payload, path)
+    with pytest.raises(acer_sync.UserError) as error:
+        acer_sync.load(path)
+    assert str(error.value) == (f"{path} was trained with a network that does not build here: "
+                                "its torso user_torsos is not MODULE:CLASS (e.g. my_nets:ImpalaTorso)")
+
+
+def test_a_torso_error_survives_pickle_and_copy_with_its_fields():
+    with pytest.raises(TorsoError) as raised:
+        import_torso("no_such_module:Torso")
+    for copied in (pickle.loads(pickle.dumps(raised.value)), copy.deepcopy(raised.value)):
+        assert type(copied) is TorsoError and str(copied) == str(raised.value)
+        assert (copied.torso, copied.detail, copied.cannot_import) == (raised.value.torso, raised.value.detail, True)
 
 
 def _one_hot(index: int, size: int) -> np.ndarray:

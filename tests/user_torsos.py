@@ -42,6 +42,20 @@ class Refuses(nn.Module):
         raise ValueError(f"width {width} is not supported")
 
 
+class ImportsWhatTorchHasNot(SmallTorso):
+    """Its constructor fails to import a name: an ImportError of the class, not of its module."""
+
+    def __init__(self, observation_space, features_dim: int = 32):
+        from torch import no_such_name  # noqa: F401
+        super().__init__(observation_space, features_dim)
+
+
+class RefusesInTwoLines(nn.Module):
+    def __init__(self, observation_space):
+        super().__init__()
+        raise ValueError("the first line\nthe second line")
+
+
 class NotAModule:
     features_dim = 8
 

@@ -264,12 +264,8 @@ def load(path: str | Path, device: str | torch.device = "cpu", precision: str | 
         with torch.random.fork_rng(devices=[]):  # its initial weights, replaced by the saved ones, draw from the caller's generator
             model = network_from_spec(spec)
         model.load_state_dict(payload["model"])
-    except TorsoError as error:  # its module does not import here, lacks the class, or the class refuses (not said as train.py's --torso)
-        where = "; its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)" \
-            if error.cannot_import else ""
-        raise UserError(f"{path} was trained with a network that does not build here: its torso {error.torso}{error.detail}{where}") from None
-    except UserError as error:
-        raise UserError(f"{path} was trained with a network that does not build here: {error}") from None
+    except TorsoError as error:  # its module does not import here, lacks the class, or the class refuses
+        raise UserError(error.of_run(path)) from None
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         changed = f"; has {spec['torso']} changed since the run saved it?" if isinstance(spec, dict) and spec.get("torso") else ""
         raise UserError(f"{path} does not hold a usable model ({type(error).__name__}: {_in_one_line(error)}){changed}") from None

@@ -60,7 +60,7 @@ from acer_sync.nets.build import (
     saved_env_info,
     select_device,
 )
-from acer_sync.nets.torsos import torso_name
+from acer_sync.nets.torsos import TorsoError, torso_name
 from acer_sync.rollout.video import check_renders
 from acer_sync.training.callbacks import (
     Callback,
@@ -487,7 +487,10 @@ def resumed_run(run_dir: Path, env: EnvSource | None, settings: dict) -> tuple[C
     if progress.exists() and progress.stat().st_size > 0:
         check_progress(progress)
     info = saved_env_info(payload["model_spec"], config.env, config.env_kwargs, config)
-    check_config(config, info, resumed=True)
+    try:
+        check_config(config, info, resumed=True)
+    except TorsoError as error:  # the run's own torso, which a resume names no flag for
+        raise UserError(error.of_run(run_dir)) from None
     expected = in_saved_form(payload["model_spec"], model_spec(info, config))
     if payload["model_spec"] != expected or payload["env_id"] != config.env:
         raise UserError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import re
 from typing import Iterable, Iterator
 
 import gymnasium as gym
@@ -193,20 +194,32 @@ def torso_name(torso: type | str) -> str:
 
 class TorsoError(UserError):
     """A torso class that cannot be imported or refuses its contract, in one line: ``--torso NAME``
-    and ``detail`` (from ``": "`` or ``" "`` on), as train.py says it. ``torso`` and ``detail`` let
-    a loader say it with its own words; ``cannot_import`` is true where the class's module did not
+    and ``detail`` (from ``": "`` or ``" "`` on), as train.py says it, or ``said`` where given.
+    ``torso`` and ``detail`` let a loader or a resume, which have no ``--torso`` flag, say it of the
+    run's own torso (:meth:`of_run`); ``cannot_import`` is true where the class's module did not
     import (not on the path where the run is loaded, or failing there)."""
 
-    def __init__(self, torso: str, detail: str, *, cannot_import: bool = False):
-        super().__init__(f"--torso {torso}{detail}")
+    def __init__(self, torso: str, detail: str, cannot_import: bool = False, said: str | None = None):
+        detail = re.sub(r"\s*\n\s*", " ", detail.rstrip())  # a user's error of several lines, in one
+        super().__init__(said or f"--torso {torso}{detail}")
         self.torso, self.detail, self.cannot_import = torso, detail, cannot_import
+
+    def __reduce__(self):  # rebuilt from its fields by pickle and copy (its args hold only the message)
+        return type(self), (self.torso, self.detail, self.cannot_import, str(self))
+
+    def of_run(self, run) -> str:
+        """The error said of ``run``'s own torso, where it is loaded or resumed."""
+        where = "; its module must import where the run is loaded (run from its folder, or put that on PYTHONPATH)" \
+            if self.cannot_import else ""
+        return f"{run} was trained with a network that does not build here: its torso {self.torso or repr(self.torso)}{self.detail}{where}"
 
 
 def import_torso(name: str) -> type:
-    """The class ``module:Class`` names; a one-line UserError where it cannot be imported."""
+    """The class ``module:Class`` names; a one-line TorsoError where it cannot be imported."""
     module_name, colon, class_name = name.partition(":")
     if not colon or not module_name or not class_name:
-        raise UserError(f"--torso takes MODULE:CLASS, e.g. my_nets:ImpalaTorso; got {name!r}")
+        raise TorsoError(name, " is not MODULE:CLASS (e.g. my_nets:ImpalaTorso)",
+                         said=f"--torso takes MODULE:CLASS, e.g. my_nets:ImpalaTorso; got {name!r}")
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any error in the user's module is theirs to read, in one line
