@@ -111,7 +111,7 @@ copy_out() {  # what the next call needs, into OUT_DIR (where it is apart from R
   [ -n "$OUT_APART" ] || return 0
   mkdir -p "$OUT_DIR/checkpoints" || return 1
   local name failed=0
-  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt "$@"; do
+  for name in config.json progress.csv segments.jsonl checkpoints/latest.pt; do
     [ -f "$RUN_DIR/$name" ] || continue
     put_out "$RUN_DIR/$name" "$OUT_DIR/$name" || failed=1
   done

@@ -321,7 +321,7 @@ def nothing_to_train(step: int, saved_total: int, config: Config, callback_state
     total = config.total_timesteps
     if not (step >= total and (total == saved_total or total == step)):
         return False
-    next_eval = saved_next_eval(callback_states.get(EvalCallback.__name__)) if isinstance(callback_states, dict) else None
+    next_eval = saved_next_eval(callback_states.get(EvalCallback.__name__))  # a dict: check_saved_state checked it
     return not (config.eval_every and evaluation_owed(next_eval, step, config.num_envs * config.nsteps))
 
 
